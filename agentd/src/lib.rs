@@ -121,5 +121,6 @@ pub mod metrics;
 pub mod ops;
 pub mod runtime;
 pub mod trust;
+pub mod tunnel;
 
 pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

@@ -37,6 +37,9 @@ pub struct PlanFile {
     /// The node's own storages' classes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_storages: Vec<bosun_proto::data_plan::NodeStorage>,
+    /// The tunnel and its routes: which public hostname reaches which guest (decision 0082).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<bosun_proto::tunnel::PlanTunnel>,
 }
 
 /// `bosunctl policy sign-plan`.
@@ -48,7 +51,7 @@ pub struct SignPlanArgs {
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
-    /// The plan file (JSON: `serial`, `targets`, `backup`).
+    /// The plan file (JSON: `serial`, `targets`, `backup`, and `tunnel` when the host runs one).
     #[arg(long, value_name = "FILE")]
     pub plan: PathBuf,
     /// A desired-state file whose `data_plan` is replaced in place.
@@ -83,6 +86,7 @@ pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, 
         targets: file.targets,
         backup: file.backup,
         node_storages: file.node_storages,
+        tunnel: file.tunnel,
     };
     plan.validate().map_err(|e| CtlError::BadArgument {
         what: "--plan",
@@ -126,6 +130,7 @@ pub fn derived(
         },
         // Desired state says nothing of the node's own storages: the operator adds them.
         node_storages: Vec::new(),
+        tunnel: None,
     }
 }
 

@@ -185,6 +185,9 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         out.extend(sync::lines(host));
         out.push(format!("  health            {}", health::summary(host)));
         out.extend(hardware::node_lines(host));
+        if let Some(tunnel) = host.last_report.as_ref().and_then(|r| r.tunnel.as_ref()) {
+            out.push(format!("  tunnel            {}", tunnel_text(tunnel)));
+        }
         out.push(format!(
             "  escrow            {}",
             crate::hosts::escrow_text(&s.escrow)
@@ -322,6 +325,35 @@ async fn check(client: &HubClient) -> Result<(), CtlError> {
         0 => Ok(()),
         exit => Err(CtlError::CheckNotOk { exit }),
     }
+}
+
+/// The `tunnel` line of `status`: its readiness and, when the agent manages it (decision
+/// 0082), its routes, edge connections, version and restarts.
+pub fn tunnel_text(tunnel: &bosun_proto::report::TunnelHealth) -> String {
+    let mut text = if tunnel.raised {
+        "down".to_owned()
+    } else if tunnel.healthy {
+        "ready".to_owned()
+    } else {
+        "not ready".to_owned()
+    };
+    if let Some(m) = &tunnel.managed {
+        text.push_str(&format!(", {} route(s)", m.routes));
+        if m.unplaced > 0 {
+            text.push_str(&format!(" ({} not placed)", m.unplaced));
+        }
+        if let Some(n) = m.connections {
+            text.push_str(&format!(", {n} edge connection(s)"));
+        }
+        if let Some(v) = &m.version {
+            text.push_str(&format!(", cloudflared {v}"));
+        }
+        text.push_str(&format!(", {} restart(s)", m.restarts));
+        if let Some(e) = &m.error {
+            text.push_str(&format!(", error: {e}"));
+        }
+    }
+    text
 }
 
 #[cfg(test)]

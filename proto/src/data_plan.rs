@@ -67,6 +67,10 @@ pub struct DataPlan {
     /// reports for a volume there. Bosun's own `bosun-…` storages take their target's class.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_storages: Vec<NodeStorage>,
+    /// The tunnel this host runs and which public hostname reaches which of its guests
+    /// (decision 0082); absent: the agent writes no tunnel routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<crate::tunnel::PlanTunnel>,
 }
 
 /// One of the node's own Proxmox storages and its speed class, as the operator signs it.
@@ -326,7 +330,10 @@ impl DataPlan {
             "backup",
             backup.target.as_deref(),
             &backup.further_tiers,
-        )
+        )?;
+        self.tunnel
+            .as_ref()
+            .map_or(Ok(()), |tunnel| tunnel.validate_at("tunnel"))
     }
 
     fn validate_node_storages(&self) -> Result<(), ValidationError> {

@@ -261,6 +261,7 @@ fn host_health_and_the_tunnel_travel_when_changed_and_are_validated() {
         detail: "refused".into(),
         down_since: Some(jiff::Timestamp::UNIX_EPOCH),
         raised: true,
+        managed: None,
     });
     let delta = ReportDelta::between(&base, 1, &current, 2);
     assert!(!delta.changes_nothing());

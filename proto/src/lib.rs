@@ -25,6 +25,7 @@
 //! | [`golden`] | `bosun.golden/v1`, an operator's signed choice of golden archive |
 //! | [`data_plan`] | `bosun.data-plan/v1`, where a host's customer data may go, as the operator signed it |
 //! | [`retention`] | `bosun.retention-floor/v1`, the least retention an operator signed for a host |
+//! | [`tunnel`] | the tunnel's signed routes (in the data plan) and its state in a report |
 //! | [`sealed_credential`] | `bosun.sealed-credential/v1`, a storage secret bound to its host and target |
 //! | [`signed`] | the wrapper every operator-signed document travels in |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
@@ -76,6 +77,7 @@ pub mod schema_ids;
 pub mod sealed_credential;
 pub mod secret;
 pub mod signed;
+pub mod tunnel;
 pub mod update;
 pub mod validate;
 pub mod verify;

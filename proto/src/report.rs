@@ -540,12 +540,19 @@ pub struct TunnelHealth {
     /// Down for longer than the agent's bound: the hub holds `tunnel_down` open while set.
     #[serde(default)]
     pub raised: bool,
+    /// What the agent manages of it (routes, restarts) and what the tunnel says of itself
+    /// (edge connections, version); absent while the agent only watches its readiness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed: Option<crate::tunnel::TunnelState>,
 }
 
 impl TunnelHealth {
     /// Checks the text the hub repeats.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        crate::health::detail(|| "tunnel.detail".into(), &self.detail)
+        crate::health::detail(|| "tunnel.detail".into(), &self.detail)?;
+        self.managed
+            .as_ref()
+            .map_or(Ok(()), crate::tunnel::TunnelState::validate)
     }
 }
 

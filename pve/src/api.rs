@@ -7,9 +7,7 @@ use super::error::PveError;
 use super::firewall::{FirewallUpdate, GuestFirewall};
 use super::hardware::{NodeDisk, SmartData, ThinPool, ZfsPool};
 use super::model::{
-    BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtStatus, CtSummary, NetworkInterface,
-    NodeInfo, NodeStatus, SnapshotInfo, StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo,
-    TaskSummary, VersionInfo, VolumeAttributes,
+    BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtInterface, CtStatus, CtSummary, NetworkInterface, NodeInfo, NodeStatus, SnapshotInfo, StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -66,6 +64,11 @@ pub trait Pve: Send + Sync {
     ) -> impl Future<Output = Result<(), PveError>> + Send;
     /// A container's runtime status.
     fn ct_status(&self, vmid: Vmid) -> impl Future<Output = Result<CtStatus, PveError>> + Send;
+    /// A running container's interfaces, as its network namespace has them.
+    fn ct_interfaces(
+        &self,
+        vmid: Vmid,
+    ) -> impl Future<Output = Result<Vec<CtInterface>, PveError>> + Send;
     /// Starts a container (task `vzstart`).
     fn start_ct(&self, vmid: Vmid) -> impl Future<Output = Result<Upid, PveError>> + Send;
     /// Stops (kills) a container (task `vzstop`).

@@ -99,6 +99,8 @@ ops! {
     UpdateConfig => Put "/nodes/{node}/lxc/{vmid}/config",
     /// Read a container's runtime status.
     CtStatus => Get "/nodes/{node}/lxc/{vmid}/status/current",
+    /// Read a running container's interfaces and their addresses.
+    CtInterfaces => Get "/nodes/{node}/lxc/{vmid}/interfaces",
     /// Start a container.
     StartCt => Post "/nodes/{node}/lxc/{vmid}/status/start",
     /// Stop (kill) a container.

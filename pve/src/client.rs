@@ -16,9 +16,9 @@ use super::error::PveError;
 use super::firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 use super::hardware::{NodeDisk, SmartData, ThinPool, ZfsPool};
 use super::model::{
-    ClusterGuest, ClusterMember, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus,
-    SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
-    VolumeAttributes,
+    ClusterGuest, ClusterMember, ContentItem, CtConfig, CtInterface, CtStatus, CtSummary, NodeInfo,
+    NodeStatus, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary,
+    VersionInfo, VolumeAttributes,
 };
 use super::observer::{RequestObserver, RequestOutcome};
 use super::policy::RetryPolicy;
@@ -524,6 +524,16 @@ impl Pve for PveClient {
         self.call(
             Ctx::ct(Op::CtStatus, vmid),
             &self.ct_path(&id, &["status", "current"]),
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn ct_interfaces(&self, vmid: Vmid) -> Result<Vec<CtInterface>, PveError> {
+        let id = vmid.to_string();
+        self.call(
+            Ctx::ct(Op::CtInterfaces, vmid),
+            &self.ct_path(&id, &["interfaces"]),
             &Params::new(),
         )
         .await

@@ -134,6 +134,9 @@ impl Pve for FakePve {
     async fn ct_status(&self, _: Vmid) -> Result<CtStatus, PveError> {
         self.unscripted(Op::CtStatus)
     }
+    async fn ct_interfaces(&self, _: Vmid) -> Result<Vec<CtInterface>, PveError> {
+        self.unscripted(Op::CtInterfaces)
+    }
     async fn start_ct(&self, _: Vmid) -> Result<Upid, PveError> {
         Ok(self.script.lock().upids.pop_front().expect("upid scripted"))
     }

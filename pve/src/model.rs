@@ -229,6 +229,19 @@ pub struct ClusterMember {
     pub local: bool,
 }
 
+/// One entry of `GET /nodes/{node}/lxc/{vmid}/interfaces`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct CtInterface {
+    /// The interface's name inside the container (`eth0`).
+    pub name: String,
+    /// Its MAC address.
+    #[serde(default)]
+    pub hwaddr: String,
+    /// Its IPv4 address with prefix (`10.0.0.5/24`), when it has one.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub inet: Option<String>,
+}
+
 /// `GET /nodes/{node}/lxc/{vmid}/status/current`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct CtStatus {

@@ -60,6 +60,8 @@ impl Fixture {
             golden: None,
             scratch: false,
             json: false,
+            // The stand-in: cloudflared is not installable here.
+            cloudflared: "/nonexistent/cloudflared".into(),
         }
     }
 
@@ -685,6 +687,7 @@ async fn the_json_report_has_the_documented_shape() {
                 "guest-firewall",
                 "rootdir-storage",
                 "backup-storage",
+                "tunnel",
                 "golden"
             ]
         );
@@ -784,6 +787,7 @@ async fn an_unusable_token_file_is_an_input_error() {
         golden: None,
         scratch: false,
         json: false,
+        cloudflared: "/nonexistent/cloudflared".into(),
     };
     let missing = dir.path().join("missing");
     let empty = dir.path().join("empty");

@@ -25,11 +25,12 @@
 //! down_after_ms = 60000                     # down this long before it is raised (0–86400000)
 //! ```
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bosun_proto::helper::BlockDevice;
 use serde::Deserialize;
-use url::{Host, Url};
+use url::Url;
 
 use super::error::ConfigError;
 
@@ -78,6 +79,8 @@ pub struct TunnelSettings {
     pub timeout: Duration,
     /// How long it must be down before it is raised.
     pub down_after: Duration,
+    /// What the agent manages of it (configuration, restarts); `None`: only watched.
+    pub managed: Option<super::tunnel::ManagedTunnel>,
 }
 
 /// Most disks `smart_devices` may name.
@@ -139,6 +142,13 @@ pub(crate) struct RawTunnel {
     interval_ms: Option<u64>,
     timeout_ms: Option<u64>,
     down_after_ms: Option<u64>,
+    config_file: Option<PathBuf>,
+    credentials_file: Option<PathBuf>,
+    restart_after: Option<u32>,
+    restart_timeout_ms: Option<u64>,
+    systemctl: Option<PathBuf>,
+    #[serde(default)]
+    replica: Vec<super::tunnel::RawReplica>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -296,32 +306,19 @@ impl RawHealth {
 }
 
 impl RawTunnel {
-    pub(crate) fn settings(&self) -> Result<TunnelSettings, ConfigError> {
-        let field = "tunnel.readiness_url";
-        let url = Url::parse(&self.readiness_url)
-            .map_err(|e| invalid(field, format!("is not a url: {e}")))?;
-        if url.scheme() != "http" {
-            return Err(invalid(
-                field,
-                "must be http:// (cloudflared's metrics server on loopback)",
-            ));
+    pub(crate) fn settings(mut self) -> Result<TunnelSettings, ConfigError> {
+        let url = super::tunnel::loopback_url("tunnel.readiness_url", &self.readiness_url)?;
+        let managed = super::tunnel::RawManaged {
+            config_file: self.config_file.clone(),
+            credentials_file: self.credentials_file.clone(),
+            restart_after: self.restart_after,
+            restart_timeout_ms: self.restart_timeout_ms,
+            systemctl: self.systemctl.clone(),
+            replica: std::mem::take(&mut self.replica),
         }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(invalid(field, "must not carry credentials"));
-        }
-        let loopback = match url.host() {
-            Some(Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(Host::Ipv6(ip)) => ip.is_loopback(),
-            Some(Host::Domain(name)) => name == "localhost",
-            None => false,
-        };
-        if !loopback {
-            return Err(invalid(
-                field,
-                "must name a loopback address (127.0.0.1, ::1 or localhost)",
-            ));
-        }
+        .settings()?;
         Ok(TunnelSettings {
+            managed,
             readiness_url: url,
             interval: millis(
                 "tunnel.interval_ms",

@@ -84,6 +84,7 @@
 //!
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"
+//! config_file = "/var/lib/bosun/tunnel/config.yml"  # absent: watched only (crate::config::tunnel)
 //!
 //! [golden]                                  # see crate::config::golden
 //! builder_vmid = 9000
@@ -109,6 +110,7 @@ pub mod local_api;
 mod raw;
 mod sections;
 mod settings;
+pub mod tunnel;
 
 use std::path::{Path, PathBuf};
 

@@ -277,7 +277,7 @@ pub(super) const HEALTH: ConfigTable = ConfigTable {
 /// `[tunnel]`.
 pub(super) const TUNNEL: ConfigTable = ConfigTable {
     name: "tunnel",
-    doc: "A tunnel (e.g. cloudflared) whose readiness endpoint the agent watches. Absent: no tunnel watched.",
+    doc: "A tunnel (cloudflared) whose readiness endpoint the agent watches and, with config_file, whose configuration it owns and whose replicas it restarts (decision 0082). Absent: no tunnel watched.",
     keys: &[
         key(
             "readiness_url",
@@ -306,6 +306,48 @@ pub(super) const TUNNEL: ConfigTable = ConfigTable {
             "60000",
             "60000",
             "How long it must be down before it is raised (0 to 86400000).",
+        ),
+        key(
+            "config_file",
+            "path",
+            "absent: the tunnel is only watched",
+            "\"/var/lib/bosun-tunnel/config.yml\"",
+            "The tunnel's configuration the agent writes from the signed data plan's routes.",
+        ),
+        key(
+            "credentials_file",
+            "path",
+            "required with config_file",
+            "\"/var/lib/bosun-tunnel/credentials.json\"",
+            "The credentials file the configuration names.",
+        ),
+        key(
+            "restart_after",
+            "integer",
+            "3",
+            "3",
+            "Failed readiness probes in a row after which a replica is restarted (1 to 100).",
+        ),
+        key(
+            "restart_timeout_ms",
+            "integer (ms)",
+            "30000",
+            "30000",
+            "How long a restart, and a restarted replica's return to ready, may take (100 to 600000).",
+        ),
+        key(
+            "systemctl",
+            "path",
+            "\"/usr/bin/systemctl\"",
+            "\"/usr/bin/systemctl\"",
+            "The program that restarts a replica's unit (`systemctl restart UNIT`, allowed by the package's polkit rule).",
+        ),
+        key(
+            "replica",
+            "array of tables (unit, metrics)",
+            "required with config_file",
+            "[{ unit = \"bosun-tunnel@a.service\", metrics = \"http://127.0.0.1:20241\" }]",
+            "The tunnel's replicas (1 to 4): each one's systemd unit and its metrics address on loopback; restarted one at a time.",
         ),
     ],
 };

@@ -119,6 +119,7 @@ impl TunnelWatch {
                 detail,
                 down_since: None,
                 raised: false,
+                managed: None,
             },
             Err(detail) => {
                 let since = self.last.as_ref().and_then(|t| t.down_since).unwrap_or(now);
@@ -127,6 +128,7 @@ impl TunnelWatch {
                     detail,
                     down_since: Some(since),
                     raised: now.duration_since(since) >= self.down_after,
+                    managed: None,
                 }
             }
         };

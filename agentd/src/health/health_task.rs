@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::health::HostHealth;
+use bosun_proto::tunnel::TunnelState;
 use bosun_pve::{NodeStatus, Pve};
 use jiff::Timestamp;
 use tokio::sync::watch;
@@ -65,6 +66,7 @@ pub struct HealthTask<P> {
     tunnel: Option<(TunnelSettings, ReadinessProbe)>,
     pub(super) guests: Option<GuestSources>,
     pub(super) facts: watch::Sender<HealthFacts>,
+    managed: Option<watch::Receiver<Option<TunnelState>>>,
 }
 
 impl<P: Pve + 'static> HealthTask<P> {
@@ -90,9 +92,17 @@ impl<P: Pve + 'static> HealthTask<P> {
                 tunnel,
                 guests,
                 facts,
+                managed: None,
             },
             rx,
         )
+    }
+
+    /// Reports what the tunnel task manages of the tunnel (routes, restarts, connections,
+    /// version) with the readiness it watches.
+    pub fn with_managed_tunnel(mut self, state: watch::Receiver<Option<TunnelState>>) -> Self {
+        self.managed = Some(state);
+        self
     }
 
     /// Runs until `cancel`.
@@ -217,7 +227,10 @@ impl<P: Pve + 'static> HealthTask<P> {
                 }
                 None => {}
             }
-            let report = watch.report();
+            let mut report = watch.report();
+            if let (Some(report), Some(managed)) = (report.as_mut(), &self.managed) {
+                report.managed = managed.borrow().clone();
+            }
             self.facts.send_modify(|f| f.tunnel = report);
             if !self.pause(cancel, settings.interval).await {
                 return;

@@ -125,6 +125,7 @@ mod tests {
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(300),
             down_after: Duration::ZERO,
+            managed: None,
         })
         .unwrap()
     }

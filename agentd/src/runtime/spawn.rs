@@ -384,6 +384,7 @@ pub(super) fn health(w: &Wiring<'_>) -> Result<watch::Receiver<HealthFacts>, Age
         })
         .transpose()
         .map_err(AgentError::TunnelProbe)?;
+    let managed = tunnel_manager(w)?;
     let (task, facts) = HealthTask::new(
         Arc::clone(w.pve),
         w.helper(),
@@ -395,8 +396,47 @@ pub(super) fn health(w: &Wiring<'_>) -> Result<watch::Receiver<HealthFacts>, Age
             desired: w.desired.clone(),
         }),
     );
+    let task = match managed {
+        Some(state) => task.with_managed_tunnel(state),
+        None => task,
+    };
     w.tasks.spawn("health", task.run(w.cancel.clone()));
     Ok(facts)
+}
+
+/// The tunnel task, when `[tunnel]` names a configuration file the agent owns; gives the
+/// receiver of the tunnel's state.
+fn tunnel_manager(
+    w: &Wiring<'_>,
+) -> Result<Option<watch::Receiver<Option<bosun_proto::tunnel::TunnelState>>>, AgentError> {
+    let Some(settings) = w.config.tunnel.as_ref() else {
+        return Ok(None);
+    };
+    let Some(managed) = settings.managed.clone() else {
+        return Ok(None);
+    };
+    let service = crate::tunnel::service::Service::new(
+        managed.systemctl.clone(),
+        settings.timeout,
+        managed.restart_timeout,
+    )
+    .map_err(|source| {
+        AgentError::TunnelProbe(crate::health::tunnel::ProbeSetupError {
+            url: managed.replicas[0].metrics.to_string(),
+            source,
+        })
+    })?;
+    let (task, state) = crate::tunnel::TunnelTask::new(
+        Arc::clone(w.pve),
+        w.journal.clone(),
+        Arc::clone(w.clock),
+        w.desired.clone(),
+        managed,
+        settings.interval,
+        service,
+    );
+    w.tasks.spawn("tunnel", task.run(w.cancel.clone()));
+    Ok(Some(state))
 }
 
 /// The restore tester, which proves the tiers restore; the tests a crash interrupted are

@@ -22,11 +22,13 @@
 //! 7. `rootdir-storage` and `backup-storage`: an enabled, active storage allowing `rootdir`
 //!    (`--storage`, or any) and one allowing `backup` (`--backup-storage`, or any); a rootdir
 //!    storage that cannot snapshot containers is a warning.
-//! 8. `golden` (with `--golden`): the archive is listed on its storage.
-//! 9. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
-//!    down), `scratch-start`, `scratch-snapshot`, `scratch-backup` (vzdump to the backup
-//!    storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
-//!    on every way out: a failed step, an error, or Ctrl-C.
+//! 8. `tunnel`: whether `cloudflared` is installed where the check runs, and its version (a
+//!    warning when it is not: only a host whose data plan names a tunnel needs it).
+//! 9. `golden` (with `--golden`): the archive is listed on its storage.
+//! 10. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
+//!     down), `scratch-start`, `scratch-snapshot`, `scratch-backup` (vzdump to the backup
+//!     storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
+//!     on every way out: a failed step, an error, or Ctrl-C.
 //!
 //! Exit codes ([`exit`], `bosunctl`'s one scheme): 0 every check passed (warnings allowed), 12 a
 //! check failed, 5 the node could not be reached or refused the token (`connect` failed), 2 bad
@@ -40,6 +42,7 @@ mod checks;
 mod firewall;
 pub mod report;
 mod scratch;
+pub mod tunnel;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -77,7 +80,7 @@ With --json the report is one object:
   {\"format\":2, \"url\":…, \"node\":…, \"token_id\":…, \"passed\":true|false, \"exit_code\":N,
    \"checks\":[{\"name\":…, \"status\":\"ok\"|\"warn\"|\"fail\"|\"skip\", \"detail\":…, \"fix\":[…]}]}
 Check names: connect, version, node, least-privilege, privileges, guest-firewall, rootdir-storage,
-backup-storage, golden, scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
+backup-storage, tunnel, golden, scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
 
 /// `bosunctl pve …`.
 #[derive(Debug, Subcommand)]
@@ -128,6 +131,10 @@ pub struct PveCheckArgs {
     /// Print the report as JSON (shape below).
     #[arg(long)]
     pub json: bool,
+    /// The cloudflared program whose version the `tunnel` check reads, on the machine the
+    /// check runs on (run it on the node) [default: cloudflared on PATH].
+    #[arg(long, value_name = "PATH", default_value = "cloudflared")]
+    pub cloudflared: PathBuf,
 }
 
 /// Why `pve check` could not even start.
@@ -340,6 +347,7 @@ pub async fn check(
     let privileges_ok = checks::privileges(&client, &plan, &mut report).await;
     firewall::guest_firewall(&client, &plan, &mut report).await;
     let storages = checks::storages(&client, &plan, &mut report).await;
+    report.checks.push(tunnel::check(&args.cloudflared).await);
     let golden_ok = match &plan.golden {
         Some(golden) => checks::golden(&client, golden, &mut report).await,
         None => false,

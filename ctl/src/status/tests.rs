@@ -558,3 +558,27 @@ fn the_rendering_shows_guest_usage_disks_pools_and_sensors() {
         assert!(text.contains(expected), "{expected:?} in\n{text}");
     }
 }
+
+#[test]
+fn the_tunnel_line_names_what_the_agent_manages() {
+    let mut tunnel = bosun_proto::report::TunnelHealth {
+        healthy: true,
+        detail: "ready (HTTP 200)".into(),
+        down_since: None,
+        raised: false,
+        managed: None,
+    };
+    assert_eq!(super::tunnel_text(&tunnel), "ready");
+    tunnel.managed = Some(bosun_proto::tunnel::TunnelState {
+        routes: 2,
+        unplaced: 1,
+        connections: Some(8),
+        version: Some("2025.8.1".into()),
+        restarts: 1,
+        ..Default::default()
+    });
+    assert_eq!(
+        super::tunnel_text(&tunnel),
+        "ready, 2 route(s) (1 not placed), 8 edge connection(s), cloudflared 2025.8.1, 1 restart(s)"
+    );
+}

@@ -147,6 +147,7 @@ mod tests {
             detail: "ready".into(),
             down_since: None,
             raised: false,
+            managed: None,
         });
         report
     }

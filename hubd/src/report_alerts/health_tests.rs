@@ -66,6 +66,7 @@ fn tunnel(raised: bool) -> TunnelHealth {
         },
         down_since: raised.then(|| at("2026-03-01T09:58:00Z")),
         raised,
+        managed: None,
     }
 }
 

@@ -72,6 +72,7 @@ impl Change {
                     detail: String::new(),
                     down_since: None,
                     raised: *raised,
+                    managed: None,
                 });
             }
             Self::GuestRunning(running) => {

@@ -76,7 +76,15 @@ pub(crate) fn section(host: &HostDetail, now: Timestamp) -> Markup {
                         @if let Some(t) = tunnel {
                             tr {
                                 td data-label="Check" { "Tunnel" }
-                                td data-label="Reading" class="detail" { (t.detail) }
+                                td data-label="Reading" class="detail" {
+                                    (t.detail)
+                                    @if let Some(m) = &t.managed {
+                                        " · " (m.routes) " route(s) · "
+                                        @if let Some(n) = m.connections { (n) " edge connection(s) · " }
+                                        @if let Some(v) = &m.version { "cloudflared " (v) " · " }
+                                        (m.restarts) " restart(s)"
+                                    }
+                                }
                                 td data-label="Thresholds" {
                                     @if let Some(since) = t.down_since { "down " (layout::ago(since, now)) } @else { "-" }
                                 }

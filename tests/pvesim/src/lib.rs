@@ -90,6 +90,7 @@ pub use handle::{SimHandle, Simulator};
 pub use hardware::{
     DiskDegrade, GuestLoad, Hardware, SimAttribute, SimDisk, SimThinPool, SimZfsPool,
 };
+pub use lxc::dhcp_address;
 pub use node_load::NodeLoad;
 pub use pbs_verify::{ChunkDamage, VERIFY_FAILED};
 pub use remote_store::{

@@ -170,6 +170,52 @@ pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
     data(v)
 }
 
+/// The address the simulator's DHCP gives a container's `eth0`: `10.X.Y.Z/16` from its vmid, so
+/// a guest restored under another vmid has another address.
+pub fn dhcp_address(vmid: u32) -> std::net::Ipv4Addr {
+    let [_, _, high, low] = vmid.to_be_bytes();
+    std::net::Ipv4Addr::new(10, 99, high, low)
+}
+
+/// `GET /nodes/{node}/lxc/{vmid}/interfaces`: a running container's interfaces as its network
+/// namespace has them (`lo`, then one per `netN` under its `name=`, with the `ip=` it names or
+/// the simulator's DHCP address); a stopped one has none to read (PVE fails the call).
+pub(crate) fn interfaces(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let st = ctx.shared.state.lock();
+    let guest = st
+        .guests
+        .get(&vmid)
+        .ok_or_else(|| missing_config(ctx.node(), vmid))?;
+    if !guest.running() {
+        return Err(ApiError::internal(&format!("CT {vmid} not running")));
+    }
+    let mut out = vec![json!({
+        "name": "lo", "hwaddr": "00:00:00:00:00:00", "hardware-address": "00:00:00:00:00:00",
+        "inet": "127.0.0.1/8", "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "inet", "prefix": 8}],
+    })];
+    for (key, value) in guest.conf.iter().filter(|(k, _)| k.starts_with("net")) {
+        let prop = |name: &str| {
+            value
+                .split(',')
+                .find_map(|p| p.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+                .map(str::to_owned)
+        };
+        let name = prop("name").unwrap_or_else(|| format!("eth{}", &key[3..]));
+        let hwaddr = prop("hwaddr").unwrap_or_else(|| "BC:24:11:00:00:00".into());
+        let inet = match prop("ip") {
+            Some(ip) if ip.contains('/') => ip,
+            _ => format!("{}/16", dhcp_address(vmid)),
+        };
+        let (address, prefix) = inet.split_once('/').unwrap_or((inet.as_str(), "16"));
+        out.push(json!({
+            "name": name, "hwaddr": hwaddr, "hardware-address": hwaddr, "inet": inet,
+            "ip-addresses": [{"ip-address": address, "ip-address-type": "inet", "prefix": prefix.parse::<u8>().unwrap_or(16)}],
+        }));
+    }
+    data(Value::Array(out))
+}
+
 fn skiplock_check(ctx: &Ctx) -> Result<(), ApiError> {
     if ctx.flag("skiplock") && !ctx.is_root() {
         return Err(ApiError::param(

@@ -32,6 +32,7 @@ pub(crate) enum Handler {
     LxcConfigGet,
     LxcConfigPut,
     LxcStatus,
+    LxcInterfaces,
     LxcPending,
     LxcStart,
     LxcStop,
@@ -470,6 +471,13 @@ static ROUTES: &[RouteSpec] = &[
         &[NODE, VMID],
         vm(&["VM.Audit"], false),
         Handler::LxcStatus,
+    ),
+    route(
+        "GET",
+        "/nodes/{node}/lxc/{vmid}/interfaces",
+        &[NODE, VMID],
+        vm(&["VM.Audit"], false),
+        Handler::LxcInterfaces,
     ),
     route(
         "POST",

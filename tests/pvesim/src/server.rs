@@ -535,6 +535,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::LxcConfigGet => lxc_config::get(ctx),
         Handler::LxcConfigPut => lxc_config::put(ctx).await,
         Handler::LxcStatus => lxc::status(ctx),
+        Handler::LxcInterfaces => lxc::interfaces(ctx),
         Handler::LxcPending => lxc::pending(ctx),
         Handler::LxcStart => lxc::start(ctx),
         Handler::LxcStop => lxc::stop(ctx),

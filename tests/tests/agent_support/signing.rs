@@ -236,6 +236,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
             verify_hours: None,
         },
         node_storages: Vec::new(),
+        tunnel: None,
     }
 }
 
@@ -259,6 +260,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
             verify_hours: None,
         },
         node_storages: Vec::new(),
+        tunnel: None,
     }
     .validate()
     .is_ok()

@@ -57,6 +57,7 @@ fn plan() -> DataPlan {
             verify_hours: None,
         },
         node_storages: Vec::new(),
+        tunnel: None,
     }
 }
 

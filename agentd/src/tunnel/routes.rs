@@ -1,0 +1,246 @@
+//! Placing the signed routes: each route's guest id becomes the guest's vmid (the agent's own
+//! journal: the guest it created, restored or adopted under that id, never the hub's say) and
+//! that guest's address on the bridge (its Proxmox config's static `ip=` on `net0`, or the
+//! address Proxmox reads from the running container's `net0` interface). Then what changed
+//! against the rules in force, for the audit log of every guest concerned.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+
+use bosun_proto::tunnel::TunnelRoute;
+use bosun_pve::{CtConfig, Pve, Vmid};
+use serde_json::json;
+
+use super::ingress::IngressRule;
+use crate::guests::reconcile::lookup::carries_identity;
+use crate::ops::journal::{AuditEvent, GuestProvenance};
+
+/// A route added, moved or dropped.
+pub const ROUTE_ADDED: &str = "tunnel.route_added";
+/// A hostname now reaches another guest: written to the guest that lost it and to the one
+/// that gained it.
+pub const ROUTE_MOVED: &str = "tunnel.route_moved";
+/// A hostname no longer reaches the guest.
+pub const ROUTE_REMOVED: &str = "tunnel.route_removed";
+/// A hostname reaches the same guest at another address (it was restored, or its address
+/// changed).
+pub const ROUTE_READDRESSED: &str = "tunnel.route_readdressed";
+
+/// A rule in force, with the guest it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct PlacedRoute {
+    /// The rule as written.
+    pub rule: IngressRule,
+    /// Its guest.
+    pub guest_id: String,
+    /// The guest's vmid when it was placed.
+    pub vmid: u32,
+}
+
+/// What placing the routes gave.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The rules to write, in the plan's order.
+    pub placed: Vec<PlacedRoute>,
+    /// Routes whose guest is not on this host, or has no address yet: left out (the
+    /// catch-all answers them).
+    pub unplaced: Vec<TunnelRoute>,
+}
+
+/// The guest's IPv4 address on `net0`: the static `ip=` of its config, else the address of the
+/// running container's interface `net0` names (`name=`, `eth0` when absent).
+pub async fn guest_address<P: Pve>(pve: &P, vmid: Vmid, config: &CtConfig) -> Option<Ipv4Addr> {
+    let net0 = config.get_str("net0")?;
+    let prop = |key: &str| {
+        net0.split(',')
+            .find_map(|p| p.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+            .map(str::to_owned)
+    };
+    if let Some(ip) = prop("ip").filter(|ip| ip != "dhcp" && ip != "manual") {
+        return ip.split('/').next()?.parse().ok();
+    }
+    let name = prop("name").unwrap_or_else(|| "eth0".to_owned());
+    let interfaces = pve.ct_interfaces(vmid).await.ok()?;
+    let inet = interfaces.into_iter().find(|i| i.name == name)?.inet?;
+    inet.split('/').next()?.parse().ok()
+}
+
+/// Places every route of the plan: `provenance` is the agent's record of its guests, `last`
+/// the rules in force (a guest whose address cannot be read now, e.g. while it is stopped,
+/// keeps the address it had).
+pub async fn place<P: Pve>(
+    pve: &P,
+    routes: &[TunnelRoute],
+    provenance: &[GuestProvenance],
+    last: &[PlacedRoute],
+) -> Placement {
+    let by_guest: HashMap<&str, &GuestProvenance> = provenance
+        .iter()
+        .filter(|p| !p.is_scratch())
+        .filter_map(|p| Some((p.guest_id()?, p)))
+        .collect();
+    let mut addresses: HashMap<&str, Option<Ipv4Addr>> = HashMap::new();
+    let mut out = Placement::default();
+    for route in routes {
+        let guest_id = route.guest_id.to_string();
+        let Some(guest) = by_guest.get(guest_id.as_str()) else {
+            out.unplaced.push(route.clone());
+            continue;
+        };
+        let address = match addresses.get(guest_id.as_str()) {
+            Some(known) => *known,
+            None => {
+                let found = address_of(pve, guest).await.or_else(|| {
+                    last.iter()
+                        .find(|l| l.guest_id == guest_id && l.vmid == guest.vmid())
+                        .map(|l| l.rule.address)
+                });
+                addresses.insert(guest.guest_id().unwrap_or_default(), found);
+                found
+            }
+        };
+        match address {
+            Some(address) => out.placed.push(PlacedRoute {
+                rule: IngressRule {
+                    hostname: route.hostname.clone(),
+                    address,
+                    port: route.port,
+                },
+                guest_id,
+                vmid: guest.vmid(),
+            }),
+            None => out.unplaced.push(route.clone()),
+        }
+    }
+    out
+}
+
+/// The address of the guest at `guest`'s vmid, when that container is still the one the agent
+/// recorded (its identity tag).
+async fn address_of<P: Pve>(pve: &P, guest: &GuestProvenance) -> Option<Ipv4Addr> {
+    let vmid = Vmid::new(guest.vmid()).ok()?;
+    let config = pve.ct_config(vmid).await.ok()?;
+    if !carries_identity(&config, guest.identity()) {
+        return None;
+    }
+    guest_address(pve, vmid, &config).await
+}
+
+/// The audit rows a change from `before` to `after` writes: each guest that gains, loses or
+/// keeps a hostname at another address is told, under its own guest id (so it reads it in
+/// `GET /v1/audit`). A moved hostname is told to both guests; neither learns the other's id.
+pub fn changes(before: &[PlacedRoute], after: &[PlacedRoute], serial: u64) -> Vec<AuditEvent> {
+    let old: BTreeMap<&str, &PlacedRoute> = before
+        .iter()
+        .map(|r| (r.rule.hostname.as_str(), r))
+        .collect();
+    let new: BTreeMap<&str, &PlacedRoute> = after
+        .iter()
+        .map(|r| (r.rule.hostname.as_str(), r))
+        .collect();
+    let event = |name: &str, route: &PlacedRoute, extra: serde_json::Value| {
+        let mut detail = json!({
+            "hostname": route.rule.hostname,
+            "service": route.rule.service(),
+            "plan_serial": serial,
+        });
+        if let (Some(d), Some(e)) = (detail.as_object_mut(), extra.as_object()) {
+            d.extend(e.clone());
+        }
+        AuditEvent {
+            guest_id: Some(route.guest_id.clone()),
+            vmid: Some(route.vmid),
+            detail,
+            ..AuditEvent::new(name)
+        }
+    };
+    let mut out = Vec::new();
+    for (hostname, was) in &old {
+        match new.get(hostname) {
+            None => out.push(event(ROUTE_REMOVED, was, json!({}))),
+            Some(now) if now.guest_id != was.guest_id => {
+                out.push(event(ROUTE_MOVED, was, json!({ "direction": "away" })));
+                out.push(event(ROUTE_MOVED, now, json!({ "direction": "here" })));
+            }
+            Some(now) if now.rule != was.rule => out.push(event(
+                ROUTE_READDRESSED,
+                now,
+                json!({ "previous_service": was.rule.service() }),
+            )),
+            Some(_) => {}
+        }
+    }
+    for (hostname, now) in &new {
+        if !old.contains_key(hostname) {
+            out.push(event(ROUTE_ADDED, now, json!({})));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placed(hostname: &str, guest: &str, last: u8) -> PlacedRoute {
+        PlacedRoute {
+            rule: IngressRule {
+                hostname: hostname.into(),
+                address: Ipv4Addr::new(10, 0, 0, last),
+                port: 80,
+            },
+            guest_id: guest.into(),
+            vmid: 100 + u32::from(last),
+        }
+    }
+
+    fn names(events: &[AuditEvent]) -> Vec<(String, String)> {
+        events
+            .iter()
+            .map(|e| (e.event.clone(), e.guest_id.clone().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn every_guest_concerned_is_told_under_its_own_id() {
+        let before = [
+            placed("a.example.com", "A", 1),
+            placed("b.example.com", "B", 2),
+        ];
+        assert!(changes(&before, &before, 1).is_empty());
+        // a moves from A to B, b is dropped, c is added to A, B's address changes.
+        let after = [
+            placed("a.example.com", "B", 2),
+            placed("c.example.com", "A", 1),
+        ];
+        let events = changes(&before, &after, 2);
+        assert_eq!(
+            names(&events),
+            [
+                (ROUTE_MOVED.into(), "A".into()),
+                (ROUTE_MOVED.into(), "B".into()),
+                (ROUTE_REMOVED.into(), "B".into()),
+                (ROUTE_ADDED.into(), "A".into()),
+            ]
+        );
+        assert_eq!(events[0].detail["direction"], "away");
+        assert_eq!(events[1].detail["service"], "http://10.0.0.2:80");
+        assert!(
+            !events[0].detail.to_string().contains("\"B\""),
+            "the losing guest does not learn the other's id"
+        );
+        let readdressed = changes(
+            &[placed("a.example.com", "A", 1)],
+            &[placed("a.example.com", "A", 9)],
+            3,
+        );
+        assert_eq!(
+            names(&readdressed),
+            [(ROUTE_READDRESSED.into(), "A".into())]
+        );
+        assert_eq!(
+            readdressed[0].detail["previous_service"],
+            "http://10.0.0.1:80"
+        );
+    }
+}

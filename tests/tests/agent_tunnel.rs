@@ -1,0 +1,280 @@
+//! The tunnel, managed (decision 0082), against the real hub, the simulator and a cloudflared
+//! stand-in of two replicas (`tunnel_support/cloudflared.rs`):
+//!
+//! - the operator-signed data plan's routes become one ingress rule per hostname to the
+//!   guest's address on the bridge (which the agent reads from Proxmox), written where the
+//!   stand-in reads it, with the catch-all last; the replicas are restarted one at a time, so
+//!   the tunnel is never without a ready replica; every guest concerned reads the change in
+//!   its audit log;
+//! - a hub cannot re-point a hostname: renaming a guest in desired state, altering the signed
+//!   plan's bytes and replaying an older plan all leave the routes as the operator signed
+//!   them; a plan the operator signs that moves a hostname is audited to both guests;
+//! - a replica that stays unready is restarted after `restart_after` failed probes (the time
+//!   from the failure to the restart is printed), and the report carries the tunnel's
+//!   connections, version and restarts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+#[path = "tunnel_support/cloudflared.rs"]
+mod cloudflared;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent_support::*;
+use bosun_proto::tunnel::{PlanTunnel, TunnelRoute};
+use serde_json::Value;
+use uuid::Uuid;
+
+const TUNNEL_ID: u128 = 0x6ff4_2ae2_765d_4adf_8112_31c5_5c15_51ef;
+
+fn append_config(files: &AgentFiles, text: &str) {
+    let mut config = std::fs::read_to_string(&files.config_path).unwrap();
+    config.push_str(text);
+    std::fs::write(&files.config_path, config).unwrap();
+}
+
+/// `desired` with an operator-signed plan whose tunnel carries `routes`.
+fn with_routes(desired: &Value, host: Uuid, routes: &[(&str, Uuid, u16)]) -> Value {
+    let mut plan = signing::plan_of(desired, host);
+    plan.tunnel = Some(PlanTunnel {
+        tunnel_id: Uuid::from_u128(TUNNEL_ID),
+        routes: routes
+            .iter()
+            .map(|(hostname, guest_id, port)| TunnelRoute {
+                hostname: (*hostname).to_owned(),
+                guest_id: *guest_id,
+                port: *port,
+            })
+            .collect(),
+    });
+    let mut desired = desired.clone();
+    desired["data_plan"] = signing::signed_plan(&plan);
+    desired
+}
+
+fn service(vmid: u32, port: u16) -> String {
+    format!("http://{}:{port}", bosun_pvesim::dhcp_address(vmid))
+}
+
+async fn both_replicas_route(stand_in: &cloudflared::StandIn, want: &BTreeMap<String, String>) {
+    eventually(
+        Duration::from_secs(30),
+        &format!("both replicas run with {want:?}"),
+        || async { stand_in.routes(0) == *want && stand_in.routes(1) == *want },
+    )
+    .await;
+}
+
+async fn audit_events(agent: &InProcessAgent, guest: Uuid) -> Vec<(String, Value)> {
+    agent
+        .handles
+        .journal
+        .guest_audit(guest.to_string(), None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.event.starts_with("tunnel."))
+        .map(|r| (r.event, r.detail))
+        .collect()
+}
+
+fn initial_config(path: &Path, credentials: &Path) {
+    std::fs::write(
+        path,
+        format!(
+            "tunnel: {}\ncredentials-file: \"{}\"\ningress:\n  - service: http_status:404\n",
+            Uuid::from_u128(TUNNEL_ID),
+            credentials.display()
+        ),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("config.yml");
+    let credentials = dir.path().join("credentials.json");
+    initial_config(&config_file, &credentials);
+    let stand_in = cloudflared::StandIn::start(
+        dir.path(),
+        &config_file,
+        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
+    )
+    .await;
+    append_config(
+        &files,
+        &stand_in.agent_config(
+            &credentials,
+            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
+        ),
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let base = desired(&sim, &[(a, "shop"), (b, "blog")], "running");
+    hub.put_desired(host, &base).await;
+    let vmid_a = running_vmid(&agent.handles.reconcile, a).await;
+    let vmid_b = running_vmid(&agent.handles.reconcile, b).await;
+
+    // The operator signs the routes: each hostname reaches its guest's address on the bridge.
+    let signed = with_routes(
+        &base,
+        host,
+        &[("shop.example.com", a, 80), ("blog.example.com", b, 8080)],
+    );
+    hub.put_desired_unplanned(host, &signed).await;
+    let want = BTreeMap::from([
+        ("shop.example.com".to_owned(), service(vmid_a, 80)),
+        ("blog.example.com".to_owned(), service(vmid_b, 8080)),
+    ]);
+    both_replicas_route(&stand_in, &want).await;
+    let text = std::fs::read_to_string(&config_file).unwrap();
+    let parsed = cloudflared::parse(&text).unwrap();
+    assert_eq!(parsed.route("other.example.com"), Some("http_status:404"));
+    assert_eq!(parsed.credentials_file, credentials.display().to_string());
+    // One at a time: the second replica restarted only after the first was ready again.
+    let (first, second) = (stand_in.restarts(0), stand_in.restarts(1));
+    assert_eq!(
+        (first.len(), second.len()),
+        (1, 1),
+        "one restart each: {first:?} {second:?} {:?} {:?}",
+        audit_events(&agent, a).await,
+        audit_events(&agent, b).await
+    );
+    assert!(second[0] >= first[0] + cloudflared::RESTART_TAKES);
+    assert_eq!(
+        *stand_in.all_down_samples.lock(),
+        0,
+        "never without a ready replica"
+    );
+    let added = audit_events(&agent, a).await;
+    assert_eq!(added.len(), 1, "{added:?}");
+    assert_eq!(added[0].0, "tunnel.route_added");
+    assert_eq!(added[0].1["hostname"], "shop.example.com");
+
+    // A hostile hub: renames guest A after B's hostname, alters the signed plan so that
+    // shop.example.com points at B, then replays the plan after the operator's next one.
+    let mut renamed = signed.clone();
+    renamed["guests"][0]["hostname"] = "blog.example.com".into();
+    hub.put_desired_unplanned(host, &renamed).await;
+    let mut forged = signed.clone();
+    let document = forged["data_plan"]["document"].as_str().unwrap().to_owned();
+    forged["data_plan"]["document"] = document.replace(&a.to_string(), &b.to_string()).into();
+    hub.put_desired_unplanned(host, &forged).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(stand_in.routes(0), want, "the hub moved nothing");
+    assert_eq!(stand_in.restarts(0).len(), 1, "and restarted nothing");
+
+    // The operator moves shop.example.com to B: both guests read it in their audit log.
+    let moved = with_routes(
+        &base,
+        host,
+        &[("shop.example.com", b, 80), ("blog.example.com", b, 8080)],
+    );
+    hub.put_desired_unplanned(host, &moved).await;
+    let want_moved = BTreeMap::from([
+        ("shop.example.com".to_owned(), service(vmid_b, 80)),
+        ("blog.example.com".to_owned(), service(vmid_b, 8080)),
+    ]);
+    both_replicas_route(&stand_in, &want_moved).await;
+    let told_a = audit_events(&agent, a).await;
+    assert_eq!(told_a[0].0, "tunnel.route_moved");
+    assert_eq!(told_a[0].1["direction"], "away");
+    assert!(!told_a[0].1.to_string().contains(&b.to_string()));
+    let told_b = audit_events(&agent, b).await;
+    assert_eq!(told_b[0].0, "tunnel.route_moved");
+    assert_eq!(told_b[0].1["direction"], "here");
+    // The hub replays the earlier plan: refused, the operator's newest stays.
+    hub.put_desired_unplanned(host, &signed).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        stand_in.routes(0),
+        want_moved,
+        "a replayed plan moves nothing"
+    );
+    assert_eq!(stand_in.routes(1), want_moved);
+
+    agent.stop().await;
+    stand_in.stop().await;
+    hub.stop().await;
+    drop(sim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unready_replica_is_restarted_and_the_report_says_so() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("config.yml");
+    let credentials = dir.path().join("credentials.json");
+    initial_config(&config_file, &credentials);
+    let stand_in = cloudflared::StandIn::start(
+        dir.path(),
+        &config_file,
+        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
+    )
+    .await;
+    append_config(
+        &files,
+        &stand_in.agent_config(
+            &credentials,
+            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
+        ),
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let report = || async { hub.host(host).await["last_report"]["tunnel"].clone() };
+    eventually(
+        Duration::from_secs(30),
+        "the report carries the tunnel's connections and version",
+        || async {
+            let t = report().await;
+            t["managed"]["connections"] == 8 && t["managed"]["version"] == cloudflared::VERSION
+        },
+    )
+    .await;
+    assert!(
+        stand_in.restarts(0).is_empty(),
+        "a ready tunnel is left alone"
+    );
+
+    // Replica a loses the edge: restarted after three failed probes.
+    stand_in.lose_edge(0, true);
+    let failed_at = Instant::now();
+    eventually(Duration::from_secs(30), "replica a restarted", || async {
+        !stand_in.restarts(0).is_empty()
+    })
+    .await;
+    let took = stand_in.restarts(0)[0] - failed_at;
+    println!("tunnel failure to restart: {} ms", took.as_millis());
+    assert!(
+        took >= Duration::from_millis(200),
+        "not before three probes: {took:?}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        stand_in.restarts(1).is_empty(),
+        "the ready replica is left alone"
+    );
+    stand_in.lose_edge(0, false);
+    eventually(
+        Duration::from_secs(30),
+        "the report counts the restart",
+        || async {
+            let t = report().await;
+            t["managed"]["restarts"].as_u64() >= Some(1) && t["managed"]["last_restart"].is_string()
+        },
+    )
+    .await;
+    let t = report().await;
+    assert!(!t.to_string().contains("credentials"), "{t}");
+
+    agent.stop().await;
+    stand_in.stop().await;
+    hub.stop().await;
+    drop(sim);
+}
