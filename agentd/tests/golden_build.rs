@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use bosun_agentd::clock::SystemClock;
+use bosun_agentd::clock::{Clock, ManualClock, SharedClock, SystemClock};
 use bosun_agentd::config::golden::GoldenSettings;
 use bosun_agentd::guests::golden_build::{GoldenBuildError, GoldenBuilder};
 use bosun_agentd::guests::reconcile::golden::{GoldenCheck, GoldenRefusal};
@@ -96,10 +96,14 @@ impl Lab {
     }
 
     fn builder(&self) -> GoldenBuilder {
+        self.builder_on(SystemClock::shared())
+    }
+
+    fn builder_on(&self, clock: SharedClock) -> GoldenBuilder {
         GoldenBuilder::new(
             HelperClient::socket(&self.helper.socket),
             self.journal.clone(),
-            SystemClock::shared(),
+            clock,
             self.signers.clone(),
             GoldenSettings {
                 builder_vmid: Vmid::new(9000).unwrap(),
@@ -118,6 +122,15 @@ impl Lab {
 
     fn recipe(&self, key: &str, version: &str, namespace: &str) -> SignedDocument {
         let doc = GoldenRecipeDocument::new(version, "bosun/controller:1.4", DIGEST);
+        self.sign_recipe(key, &doc, namespace)
+    }
+
+    fn sign_recipe(
+        &self,
+        key: &str,
+        doc: &GoldenRecipeDocument,
+        namespace: &str,
+    ) -> SignedDocument {
         let bytes = serde_json::to_vec(&doc).unwrap();
         let signature = sign(self.dir.path(), key, namespace, &bytes);
         SignedDocument::new(&bytes, &signature)
@@ -188,6 +201,59 @@ async fn a_signed_recipe_is_built_once_and_journaled_with_the_helpers_facts() {
     // A refresh (a new version) builds again.
     let refresh = lab.recipe("operator", "2026.12-1", GOLDEN_NAMESPACE);
     assert!(builder.ensure(&refresh).await.unwrap().is_some());
+    assert_eq!(lab.builds(), 2);
+}
+
+#[tokio::test]
+async fn a_recipe_with_a_refresh_cadence_is_rebuilt_once_its_newest_build_is_that_old() {
+    let lab = Lab::start().await;
+    *lab.helper.golden_build.lock() =
+        Some((format!("/var/lib/vz/dump/{ARCHIVE}"), HASH.into(), 4096));
+    let clock = ManualClock::new("2026-11-01T03:00:00Z".parse().unwrap());
+    let builder = lab.builder_on(clock.shared());
+    let doc =
+        GoldenRecipeDocument::new("2026.11-1", "bosun/controller:1.4", DIGEST).with_refresh_days(7);
+    let weekly = lab.sign_recipe("operator", &doc, GOLDEN_NAMESPACE);
+    let first = builder.ensure(&weekly).await.unwrap().expect("built");
+    let due = builder
+        .next_refresh(&weekly)
+        .await
+        .expect("a refresh is due some day");
+    assert_eq!(
+        due,
+        "2026-11-08T03:00:00Z".parse::<jiff::Timestamp>().unwrap()
+    );
+    // Six days on: still fresh.
+    clock.advance(Duration::from_secs(6 * 86_400));
+    assert!(builder.ensure(&weekly).await.unwrap().is_none());
+    assert_eq!(lab.builds(), 1);
+    // Seven days on: built again, journaled as a newer build of the same version and digest.
+    clock.advance(Duration::from_secs(86_400));
+    let second = builder.ensure(&weekly).await.unwrap().expect("rebuilt");
+    assert_eq!(lab.builds(), 2);
+    assert_eq!(second.built_at, clock.now());
+    assert!(second.built_at > first.built_at);
+    assert_eq!(
+        (second.version.as_str(), second.controller_digest.as_str()),
+        ("2026.11-1", DIGEST)
+    );
+    assert_eq!(
+        builder.next_refresh(&weekly).await,
+        Some("2026-11-15T03:00:00Z".parse().unwrap())
+    );
+    // The same version signed without a cadence is never refreshed.
+    let once = lab.recipe("operator", "2026.11-1", GOLDEN_NAMESPACE);
+    clock.advance(Duration::from_secs(90 * 86_400));
+    assert!(builder.ensure(&once).await.unwrap().is_none());
+    assert_eq!(builder.next_refresh(&once).await, None);
+    assert_eq!(lab.builds(), 2);
+    // A hub that adds a cadence to the operator's signed bytes is refused.
+    let forged = SignedDocument::new(
+        &serde_json::to_vec(&doc.clone().with_refresh_days(1)).unwrap(),
+        &weekly.signature,
+    );
+    let err = builder.ensure(&forged).await.unwrap_err();
+    assert!(matches!(err, GoldenBuildError::Signature(_)), "{err}");
     assert_eq!(lab.builds(), 2);
 }
 

@@ -1,5 +1,6 @@
 //! Watches the desired state's signed golden recipe and builds it when this host has no
-//! build of it ([`super::GoldenBuilder::ensure`]). A refused recipe is audited once
+//! build of it, or when its newest build is older than the recipe's `refresh_days`
+//! ([`super::GoldenBuilder::ensure`]; the task wakes when the refresh falls due). A refused recipe is audited once
 //! (`golden.build_refused`) and not retried until another recipe arrives; a failed build
 //! is audited (`golden.build_failed`) and retried after a pause that doubles from
 //! [`FIRST_RETRY`] up to [`MAX_RETRY`]. Builds run one at a time, outside any guest queue
@@ -50,6 +51,7 @@ impl GoldenBuildTask {
                 .as_ref()
                 .and_then(|d| d.state.golden_recipe.clone());
             let mut retry_in = None;
+            let mut refresh_at = None;
             if let Some(signed) = recipe.filter(|r| refused.as_ref() != Some(r)) {
                 match self.builder.ensure(&signed).await {
                     Ok(built) => {
@@ -57,6 +59,7 @@ impl GoldenBuildTask {
                         if let Some(build) = built {
                             tracing::info!(volid = %build.volid, version = %build.version, "golden image built");
                         }
+                        refresh_at = self.builder.next_refresh(&signed).await;
                     }
                     Err(e) if e.is_refusal() => {
                         self.audit("golden.build_refused", &e).await;
@@ -74,15 +77,20 @@ impl GoldenBuildTask {
                 }
             }
             let clock = &self.builder.clock;
-            match retry_in {
+            let wake = match (retry_in, refresh_at) {
+                (Some(pause), _) => Some(clock.sleep(pause)),
+                (None, Some(at)) => Some(clock.sleep_until(at)),
+                (None, None) => None,
+            };
+            match wake {
                 None => tokio::select! {
                     () = cancel.cancelled() => return,
                     changed = self.desired.changed() => if changed.is_err() { return },
                 },
-                Some(pause) => tokio::select! {
+                Some(wake) => tokio::select! {
                     () = cancel.cancelled() => return,
                     changed = self.desired.changed() => if changed.is_err() { return },
-                    () = clock.sleep(pause) => {}
+                    () = wake => {}
                 },
             }
         }

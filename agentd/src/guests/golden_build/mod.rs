@@ -11,6 +11,11 @@
 //! before the restore; a version this host never built is refused like any archive of
 //! unknown provenance.
 //!
+//! A recipe that names `refresh_days` is built again once its newest build of the version
+//! and controller digest is that old: the new build is journaled beside the old one, and
+//! guests provisioned later start from the newest. The cadence lives in the signed recipe
+//! only, so unsigned desired state cannot change it.
+//!
 //! A recipe whose signature does not verify is never built (audited once,
 //! `golden.build_refused`). A failed build is audited (`golden.build_failed`) and retried
 //! with a growing pause ([`build_task`]).
@@ -25,6 +30,7 @@ use bosun_proto::golden_recipe::GoldenRecipeDocument;
 use bosun_proto::helper::{ArchiveName, BuildGolden, Output, Request};
 use bosun_proto::signed::SignedDocument;
 use bosun_proto::validate::ValidationError;
+use jiff::Timestamp;
 use parking_lot::Mutex;
 
 use crate::clock::SharedClock;
@@ -115,6 +121,13 @@ impl PendingBuild {
     }
 }
 
+/// Whether `newest`, a build of `recipe`, is older than the recipe's refresh interval.
+fn is_stale(recipe: &GoldenRecipeDocument, newest: &GoldenBuild, now: Timestamp) -> bool {
+    recipe
+        .refresh_interval()
+        .is_some_and(|interval| now.duration_since(newest.built_at) >= interval)
+}
+
 /// Builds golden images for signed recipes through the helper.
 #[derive(Debug, Clone)]
 pub struct GoldenBuilder {
@@ -177,8 +190,26 @@ impl GoldenBuilder {
         Ok(document)
     }
 
+    /// When the signed recipe's newest build falls due for its refresh, if the recipe names
+    /// a cadence and this host has a build of it. Read after [`Self::ensure`] accepted the
+    /// same document: it only says when to look again, and the next `ensure` verifies anew.
+    pub async fn next_refresh(&self, signed: &SignedDocument) -> Option<Timestamp> {
+        let recipe = signed.golden_recipe().ok()?;
+        let interval = recipe.refresh_interval()?;
+        let newest = self
+            .journal
+            .golden_build(
+                recipe.version.clone(),
+                Some(recipe.controller_digest.clone()),
+            )
+            .await
+            .ok()??;
+        newest.built_at.checked_add(interval).ok()
+    }
+
     /// Builds the signed recipe unless the journal already holds a build of its version
-    /// and controller digest; gives the new build, or `None` when there was nothing to do.
+    /// and controller digest, younger than the recipe's `refresh_days` when it names them;
+    /// gives the new build, or `None` when there was nothing to do.
     pub async fn ensure(
         &self,
         signed: &SignedDocument,
@@ -196,7 +227,9 @@ impl GoldenBuilder {
             )
             .await
             .map_err(journal_err)?;
-        if known.is_some() {
+        if let Some(known) = known
+            && !is_stale(&recipe, &known, self.clock.now())
+        {
             return Ok(None);
         }
         self.pending.set(Some(recipe.version.clone()));
