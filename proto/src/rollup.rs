@@ -77,6 +77,7 @@ impl HealthLevel {
             | AlertKind::DiskRecovered
             | AlertKind::PoolFillRecovered => None,
             AlertKind::GoldenRefused
+            | AlertKind::GoldenVerifyFailed
             | AlertKind::StorageRefused
             | AlertKind::JobRefused
             | AlertKind::BackupOverdue

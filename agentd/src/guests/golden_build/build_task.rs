@@ -2,7 +2,8 @@
 //! build of it, or when its newest build is older than the recipe's `refresh_days`
 //! ([`super::GoldenBuilder::ensure`]; the task wakes when the refresh falls due). A refused recipe is audited once
 //! (`golden.build_refused`) and not retried until another recipe arrives; a failed build
-//! is audited (`golden.build_failed`) and retried after a pause that doubles from
+//! is audited (`golden.build_failed`, or `golden.verify_failed` for a build that did not pass
+//! its boot test) and retried after a pause that doubles from
 //! [`FIRST_RETRY`] up to [`MAX_RETRY`]. Builds run one at a time, outside any guest queue
 //! (the builder is a container of its own, destroyed at the end).
 
@@ -70,7 +71,12 @@ impl GoldenBuildTask {
                             Some((last, pause)) if *last == signed => (*pause * 2).min(MAX_RETRY),
                             _ => FIRST_RETRY,
                         };
-                        self.audit("golden.build_failed", &e).await;
+                        let action = if e.is_verify_failure() {
+                            "golden.verify_failed"
+                        } else {
+                            "golden.build_failed"
+                        };
+                        self.audit(action, &e).await;
                         failed = Some((signed, pause));
                         retry_in = Some(pause);
                     }

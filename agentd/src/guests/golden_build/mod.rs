@@ -16,10 +16,16 @@
 //! guests provisioned later start from the newest. The cadence lives in the signed recipe
 //! only, so unsigned desired state cannot change it.
 //!
+//! A new build is verified before it replaces the old one ([`GoldenBuilder::verify_build`]:
+//! the helper's hash and the signed controller digest, then a boot in a scratch guest,
+//! [`boot_test`]). Only verified builds seed guests; one that fails is kept unverified,
+//! audited `golden.verify_failed`, and built again after the retry pause.
+//!
 //! A recipe whose signature does not verify is never built (audited once,
 //! `golden.build_refused`). A failed build is audited (`golden.build_failed`) and retried
 //! with a growing pause ([`build_task`]).
 
+pub mod boot_test;
 pub mod build_task;
 
 use std::path::PathBuf;
@@ -74,6 +80,22 @@ pub enum GoldenBuildError {
         /// What the helper reported.
         archive: Option<String>,
     },
+    /// The new build did not pass its boot test; the build stays journaled unverified and
+    /// guests keep being provisioned from the previous verified one.
+    #[error("golden build {volid} failed its verification")]
+    VerifyFailed {
+        /// The build's archive.
+        volid: String,
+        /// Cause.
+        #[source]
+        source: boot_test::BootTestError,
+    },
+    /// No boot test is wired (no Proxmox client): the build cannot be verified.
+    #[error("golden build {volid} cannot be verified: no boot test is configured")]
+    NoBootTest {
+        /// The build's archive.
+        volid: String,
+    },
     /// The journal could not be read or written.
     #[error("journaling golden version {version}")]
     Journal {
@@ -95,8 +117,15 @@ impl GoldenBuildError {
             Self::Helper { .. } => "helper",
             Self::UnexpectedOutput { .. } => "unexpected_output",
             Self::Unverifiable { .. } => "unverifiable",
+            Self::VerifyFailed { .. } => "boot_test_failed",
+            Self::NoBootTest { .. } => "no_boot_test",
             Self::Journal { .. } => "journal",
         }
+    }
+
+    /// Whether the build was made but did not pass its verification.
+    pub fn is_verify_failure(&self) -> bool {
+        matches!(self, Self::VerifyFailed { .. } | Self::NoBootTest { .. })
     }
 
     /// Whether building again could help (a refused recipe stays refused).
@@ -137,6 +166,7 @@ pub struct GoldenBuilder {
     signers_path: PathBuf,
     settings: GoldenSettings,
     pending: PendingBuild,
+    boot_test: Option<Arc<dyn boot_test::BootTest>>,
 }
 
 impl GoldenBuilder {
@@ -155,7 +185,15 @@ impl GoldenBuilder {
             signers_path,
             settings,
             pending: PendingBuild::default(),
+            boot_test: None,
         }
+    }
+
+    /// The same builder, verifying each new build with `boot_test` before it is used.
+    #[must_use]
+    pub fn with_boot_test(mut self, boot_test: Arc<dyn boot_test::BootTest>) -> Self {
+        self.boot_test = Some(boot_test);
+        self
     }
 
     /// The same builder, telling `pending` which version it is building.
@@ -232,10 +270,49 @@ impl GoldenBuilder {
         {
             return Ok(None);
         }
+        // Guests naming the version wait while it is built and verified.
         self.pending.set(Some(recipe.version.clone()));
-        let built = self.build(&recipe).await;
+        let built = match self.build(&recipe).await {
+            Ok(build) => self.verify_build(&build).await.map(|()| build),
+            Err(e) => Err(e),
+        };
         self.pending.set(None);
         built.map(Some)
+    }
+
+    /// Verifies a new build before it replaces the previous one: the helper hashed and
+    /// sized the archive vzdump wrote and baked the controller only if its archive hashed to
+    /// the signed digest (both in [`Self::build`]); here the base boots in a scratch guest.
+    /// Passed: the build is marked verified (audited `golden.verified`). Failed: it stays
+    /// unverified and guests keep the previous verified build.
+    pub async fn verify_build(&self, build: &GoldenBuild) -> Result<(), GoldenBuildError> {
+        let Some(boot_test) = &self.boot_test else {
+            return Err(GoldenBuildError::NoBootTest {
+                volid: build.volid.clone(),
+            });
+        };
+        let started = std::time::Instant::now();
+        boot_test
+            .boot(build)
+            .await
+            .map_err(|source| GoldenBuildError::VerifyFailed {
+                volid: build.volid.clone(),
+                source,
+            })?;
+        let detail = serde_json::json!({
+            "sha256": build.sha256,
+            "controller_digest": build.controller_digest,
+            "boot_test_s": started.elapsed().as_secs(),
+        });
+        self.journal
+            .mark_golden_verified(build.volid.clone(), detail)
+            .await
+            .map_err(|source| GoldenBuildError::Journal {
+                version: build.version.clone(),
+                source,
+            })?;
+        tracing::info!(volid = %build.volid, version = %build.version, "golden build verified");
+        Ok(())
     }
 
     /// Runs `build_golden` for `recipe` and journals the archive it produced.
