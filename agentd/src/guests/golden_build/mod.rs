@@ -88,7 +88,7 @@ pub enum GoldenBuildError {
         volid: String,
         /// Cause.
         #[source]
-        source: boot_test::BootTestError,
+        source: Box<boot_test::BootTestError>,
     },
     /// No boot test is wired (no Proxmox client): the build cannot be verified.
     #[error("golden build {volid} cannot be verified: no boot test is configured")]
@@ -297,7 +297,7 @@ impl GoldenBuilder {
             .await
             .map_err(|source| GoldenBuildError::VerifyFailed {
                 volid: build.volid.clone(),
-                source,
+                source: Box::new(source),
             })?;
         let detail = serde_json::json!({
             "sha256": build.sha256,
