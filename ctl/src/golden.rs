@@ -49,6 +49,11 @@ pub struct SignRecipeArgs {
     /// anything else builds nothing.
     #[arg(long)]
     pub controller_digest: String,
+    /// Rebuild the version every N days (1 to 90); each host verifies a rebuilt base (a boot
+    /// in a scratch guest) before guests are provisioned from it. Without it the version is
+    /// built once.
+    #[arg(long, value_name = "DAYS")]
+    pub refresh_days: Option<u16>,
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
@@ -129,11 +134,12 @@ fn expiry(args: &SignArgs, now: Timestamp) -> Result<Option<Timestamp>, CtlError
 }
 
 fn sign_recipe(args: &SignRecipeArgs) -> Result<(), CtlError> {
-    let document = GoldenRecipeDocument::new(
+    let mut document = GoldenRecipeDocument::new(
         &args.version,
         &args.controller_image,
         &args.controller_digest,
     );
+    document.refresh_days = args.refresh_days;
     document.validate().map_err(|e| CtlError::BadArgument {
         what: "golden recipe",
         reason: e.to_string(),

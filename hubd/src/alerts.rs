@@ -143,6 +143,7 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::GuestMigrated
         | AlertKind::DestructiveOperation
         | AlertKind::GoldenRefused
+        | AlertKind::GoldenVerifyFailed
         | AlertKind::StorageRefused
         | AlertKind::JobRefused
         | AlertKind::ArchiveRejected

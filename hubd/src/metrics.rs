@@ -46,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 52] = [
+const ALERT_KINDS: [AlertKind; 53] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -58,6 +58,7 @@ const ALERT_KINDS: [AlertKind; 52] = [
     AlertKind::GuestRecovered,
     AlertKind::DestructiveOperation,
     AlertKind::GoldenRefused,
+    AlertKind::GoldenVerifyFailed,
     AlertKind::StorageRefused,
     AlertKind::JobRefused,
     AlertKind::ArchiveRejected,

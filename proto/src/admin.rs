@@ -431,6 +431,10 @@ pub enum AlertKind {
     /// The agent refused to provision from a golden archive of unknown provenance (not
     /// built by its helper, not named in a signed document, or changed since).
     GoldenRefused,
+    /// A golden build the agent made (a refresh or a new recipe) did not pass its
+    /// verification (its boot in a scratch guest): the host keeps provisioning from its
+    /// previous verified build and builds again after a pause.
+    GoldenVerifyFailed,
     /// The agent refused a storage target or tier desired state asked for: the signed data
     /// plan does not name it, names it with another identity, or its sealed credentials were
     /// sealed for another target. Nothing was registered, mounted, written or read.
@@ -549,6 +553,7 @@ impl AlertKind {
             Self::GuestRecovered => "guest_recovered",
             Self::DestructiveOperation => "destructive_operation",
             Self::GoldenRefused => "golden_refused",
+            Self::GoldenVerifyFailed => "golden_verify_failed",
             Self::StorageRefused => "storage_refused",
             Self::JobRefused => "job_refused",
             Self::ArchiveRejected => "archive_rejected",

@@ -22,6 +22,9 @@ pub const MAX_GOLDEN_RECIPE_DOCUMENT: usize = 4096;
 /// Longest golden version name.
 pub const MAX_VERSION_CHARS: usize = 64;
 
+/// The refresh intervals a recipe may name, in days.
+pub const REFRESH_DAYS: std::ops::RangeInclusive<u16> = 1..=90;
+
 /// What the operator signs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -37,6 +40,12 @@ pub struct GoldenRecipeDocument {
     /// host's controller image archive (the `docker save` file the helper bakes,
     /// `sha256sum controller-image.tar`), which the helper checks before it builds.
     pub controller_digest: String,
+    /// Rebuild this version on this cadence: a host whose newest verified build of the
+    /// version and digest is this many days old builds it again (1 to 90). Absent: built
+    /// once, never refreshed (recipes signed before the field stay valid and keep their
+    /// meaning). Only the operator's signature sets it; desired state cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_days: Option<u16>,
 }
 
 impl GoldenRecipeDocument {
@@ -47,7 +56,15 @@ impl GoldenRecipeDocument {
             version: version.to_owned(),
             controller_image: controller_image.to_owned(),
             controller_digest: controller_digest.to_ascii_lowercase(),
+            refresh_days: None,
         }
+    }
+
+    /// The same recipe, rebuilt every `days` days.
+    #[must_use]
+    pub fn with_refresh_days(mut self, days: u16) -> Self {
+        self.refresh_days = Some(days);
+        self
     }
 
     /// Checks the schema and every field's shape.
@@ -68,7 +85,25 @@ impl GoldenRecipeDocument {
                 reason: "expected `sha256:` and 64 lowercase hex digits".into(),
             });
         }
+        if let Some(days) = self.refresh_days
+            && !REFRESH_DAYS.contains(&days)
+        {
+            return Err(ValidationError::Invalid {
+                field: "refresh_days".into(),
+                reason: format!(
+                    "expected {} to {} days",
+                    REFRESH_DAYS.start(),
+                    REFRESH_DAYS.end()
+                ),
+            });
+        }
         Ok(())
+    }
+
+    /// The refresh interval, if the recipe names one.
+    pub fn refresh_interval(&self) -> Option<jiff::SignedDuration> {
+        self.refresh_days
+            .map(|days| jiff::SignedDuration::from_hours(i64::from(days) * 24))
     }
 
     /// The image reference handed to the helper's `build_golden`.
@@ -145,7 +180,9 @@ mod tests {
         assert_eq!(signed.golden_recipe().unwrap(), doc);
 
         type Mutate = fn(&mut GoldenRecipeDocument);
-        let cases: [(Mutate, &str); 5] = [
+        let cases: [(Mutate, &str); 7] = [
+            (|d| d.refresh_days = Some(0), "golden_recipe.refresh_days"),
+            (|d| d.refresh_days = Some(91), "golden_recipe.refresh_days"),
             (|d| d.version = "a b".into(), "golden_recipe.version"),
             (|d| d.version = String::new(), "golden_recipe.version"),
             (
@@ -167,6 +204,13 @@ mod tests {
             let signed = SignedDocument::new(&serde_json::to_vec(&bad).unwrap(), "sig");
             assert_eq!(signed.golden_recipe().unwrap_err().field(), field);
         }
+        // A refreshed recipe round-trips; one signed before the field stays valid.
+        let weekly = doc.clone().with_refresh_days(7);
+        let signed = SignedDocument::new(&serde_json::to_vec(&weekly).unwrap(), "sig");
+        assert_eq!(signed.golden_recipe().unwrap().refresh_days, Some(7));
+        let old = br#"{"schema":"bosun.golden-recipe/v1","version":"2026.11-1","controller_image":"bosun/controller:1.4","controller_digest":"sha256:5f2b6c0d8e1a4b3c9d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"}"#;
+        let signed = SignedDocument::new(old, "sig");
+        assert_eq!(signed.golden_recipe().unwrap(), doc);
         // A golden archive document is not a recipe.
         let golden = crate::golden::GoldenDocument::new("local:backup/x", &"a".repeat(64));
         let signed = SignedDocument::new(&serde_json::to_vec(&golden).unwrap(), "sig");

@@ -78,6 +78,7 @@ impl HealthLevel {
             | AlertKind::PoolFillRecovered
             | AlertKind::VerifyRecovered => None,
             AlertKind::GoldenRefused
+            | AlertKind::GoldenVerifyFailed
             | AlertKind::StorageRefused
             | AlertKind::JobRefused
             | AlertKind::BackupOverdue

@@ -3,7 +3,8 @@
 //! version once and journals the build with the helper's hash and size; a guest that names
 //! the version is provisioned from this host's own build; a guest naming a version this
 //! host never built is refused (`golden_refused`), and a recipe the hub altered is never
-//! built.
+//! built. A build is used only once it booted in a scratch guest; one that does not boot is
+//! audited `golden.verify_failed`, raises `golden_verify_failed` at the hub and is not used.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -154,8 +155,8 @@ async fn a_signed_recipe_is_built_here_and_guests_naming_its_version_start_from_
     );
     assert_eq!(
         restores(&sim),
-        vec![golden.clone()],
-        "one restore, from the build"
+        vec![golden.clone(), golden.clone()],
+        "the build's boot test, then the guest: both from the build"
     );
     let builds = files
         .helper
@@ -164,6 +165,113 @@ async fn a_signed_recipe_is_built_here_and_guests_naming_its_version_start_from_
         .filter(|v| **v == "build_golden")
         .count();
     assert_eq!(builds, 1, "the same recipe is not built twice");
+    agent.stop().await;
+}
+
+async fn alerts_of(hub: &RealHub, kind: &str) -> Vec<Value> {
+    let (_, alerts) = hub
+        .admin(reqwest::Method::GET, "/v1/admin/alerts", None)
+        .await;
+    alerts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_that_does_not_boot_in_a_scratch_guest_is_never_used_and_the_hub_alerts() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let golden = sim.endpoint().golden_volid.clone();
+    let file = golden.rsplit('/').next().unwrap().to_owned();
+    *files.helper.golden_build.lock() = Some((
+        format!("/var/lib/vz/dump/{file}"),
+        sim.endpoint().golden_sha256.clone(),
+        4096,
+    ));
+    let before: Vec<u32> = sim.guest_ids();
+    // Every container start fails: the new base cannot boot.
+    sim.set_faults(bosun_pvesim::FaultConfig {
+        failed_task_rate: 1.0,
+        failed_task_types: vec!["vzstart".into()],
+        ..bosun_pvesim::FaultConfig::default()
+    });
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let journal = agent.handles.journal.clone();
+    let doc = bosun_proto::golden_recipe::GoldenRecipeDocument::new(
+        "2026.11-1",
+        "bosun/controller:1.4",
+        DIGEST,
+    )
+    .with_refresh_days(7);
+    let recipe = agent_support::signing::signed_golden_recipe_document(&doc);
+    hub.put_desired(
+        host,
+        &with_recipe(desired(&sim, &[], "running"), &recipe, &[]),
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the hub raises golden_verify_failed",
+        || async { !alerts_of(&hub, "golden_verify_failed").await.is_empty() },
+    )
+    .await;
+    let audit = journal.audit_since(0, 1000).await.unwrap();
+    let failed: Vec<_> = audit
+        .iter()
+        .filter(|e| e.event.event == "golden.verify_failed")
+        .collect();
+    assert_eq!(failed[0].event.detail["reason"], "boot_test_failed");
+    let message = alerts_of(&hub, "golden_verify_failed").await[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("boot_test_failed"), "{message}");
+    // Built, tried in a scratch guest (restored from the build), destroyed, never used.
+    assert!(files.helper.verbs().contains(&"build_golden"));
+    assert_eq!(restores(&sim), vec![golden.clone()]);
+    eventually(
+        Duration::from_secs(10),
+        "the scratch guest is gone",
+        || async { sim.guest_ids() == before },
+    )
+    .await;
+    assert!(
+        journal
+            .golden_build("2026.11-1".into(), None)
+            .await
+            .unwrap()
+            .is_none(),
+        "an unverified build seeds no guest"
+    );
+    let listed = journal.golden_builds(16).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].verified_at.is_none());
+
+    // Starts work again; the next desired state retries: built, booted, verified.
+    sim.set_faults(bosun_pvesim::FaultConfig::default());
+    let guest = Uuid::new_v4();
+    hub.put_desired(
+        host,
+        &with_recipe(
+            desired(&sim, &[], "running"),
+            &recipe,
+            &[(guest, "web1", "2026.11-1")],
+        ),
+    )
+    .await;
+    running_vmid(&agent.handles.reconcile, guest).await;
+    let build = journal
+        .golden_build("2026.11-1".into(), Some(DIGEST.into()))
+        .await
+        .unwrap()
+        .expect("verified");
+    assert_eq!(build.volid, golden);
+    let audit = journal.audit_since(0, 1000).await.unwrap();
+    assert!(audit.iter().any(|e| e.event.event == "golden.verified"));
     agent.stop().await;
 }
 

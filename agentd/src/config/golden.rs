@@ -10,6 +10,7 @@
 //! bridge = "vmbr0"                         # package downloads during the build
 //! storage = "local"                        # receives the archive (the helper's dump_root); default: backup.storage
 //! build_timeout_seconds = 3600             # one build (60–14400)
+//! boot_stay_up_seconds = 30                # a new build's boot test: how long its scratch guest must stay running (1–600)
 //! ```
 
 use std::time::Duration;
@@ -36,6 +37,8 @@ pub struct GoldenSettings {
     pub storage: StorageId,
     /// Longest one build may take.
     pub build_timeout: Duration,
+    /// How long a new build's scratch guest must stay running in its boot test.
+    pub boot_stay_up: Duration,
 }
 
 /// The raw `[golden]` section.
@@ -49,6 +52,7 @@ pub(crate) struct RawGolden {
     bridge: Option<String>,
     storage: Option<String>,
     build_timeout_seconds: Option<u64>,
+    boot_stay_up_seconds: Option<u64>,
 }
 
 fn bad(field: &'static str, reason: impl std::fmt::Display) -> ConfigError {
@@ -73,6 +77,13 @@ impl RawGolden {
                 "must be between 60 and 14400",
             ));
         }
+        let stay_up = self.boot_stay_up_seconds.unwrap_or(30);
+        if !(1..=600).contains(&stay_up) {
+            return Err(bad(
+                "golden.boot_stay_up_seconds",
+                "must be between 1 and 600",
+            ));
+        }
         Ok(GoldenSettings {
             builder_vmid: Vmid::new(self.builder_vmid.unwrap_or(9000))
                 .map_err(|e| bad("golden.builder_vmid", e))?,
@@ -92,6 +103,7 @@ impl RawGolden {
             storage: StorageId::new(self.storage.unwrap_or_else(|| backup_storage.to_owned()))
                 .map_err(|e| bad("golden.storage", e))?,
             build_timeout: Duration::from_secs(timeout),
+            boot_stay_up: Duration::from_secs(stay_up),
         })
     }
 }

@@ -406,6 +406,13 @@ pub(super) const GOLDEN: ConfigTable = ConfigTable {
             "3600",
             "The longest a build may take (60 to 14400).",
         ),
+        key(
+            "boot_stay_up_seconds",
+            "integer (s)",
+            "30",
+            "30",
+            "How long a new build's scratch guest must stay running in its boot test before guests are provisioned from it (1 to 600).",
+        ),
     ],
 };
 

@@ -91,6 +91,9 @@ op_kinds! {
     Rollback => "localapi.rollback" by LocalApi,
     /// A restore test: a guest's backup restored into a scratch guest, started, destroyed.
     RestoreTest => "restore_test" by RestoreTest,
+    /// A new golden build's boot test: the archive restored into a scratch guest, started,
+    /// seen running, destroyed, before guests are provisioned from it.
+    GoldenVerify => "golden_verify" by RestoreTest,
     /// Disaster recovery of a lost guest from its fastest surviving backup tier.
     Recover => "dr_restore" by Reconcile,
     /// A signed `controller-update` job: snapshot, announce the digest, wait for the

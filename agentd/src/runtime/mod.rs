@@ -312,7 +312,7 @@ async fn spawn_all(
     let (results_tx, results_rx) = mpsc::unbounded_channel();
     let controllers = replayed.controllers.clone();
     let break_glass = spawn::break_glass(&w);
-    spawn::golden_build(&w, replayed.golden_pending.clone());
+    spawn::golden_build(&w, replayed.golden_pending.clone(), storage.clone());
     let runner = spawn::jobs(
         &w,
         &host,

@@ -122,10 +122,21 @@ pub(super) fn break_glass(w: &Wiring<'_>) -> Option<BreakGlass> {
 }
 
 /// Golden images built through the helper for the signed recipe in the desired state.
-pub(super) fn golden_build(w: &Wiring<'_>, pending: crate::guests::golden_build::PendingBuild) {
+pub(super) fn golden_build(
+    w: &Wiring<'_>,
+    pending: crate::guests::golden_build::PendingBuild,
+    storage: StorageId,
+) {
     let Some(transport) = w.config.helper.clone() else {
         return;
     };
+    let mut boot_test = crate::guests::golden_build::boot_test::BootTester::new(
+        Arc::clone(w.pve),
+        w.journal.clone(),
+        storage,
+    );
+    boot_test.stay_up = w.config.golden.boot_stay_up;
+    boot_test.poll = boot_test.stay_up.min(std::time::Duration::from_secs(2));
     let builder = crate::guests::golden_build::GoldenBuilder::new(
         HelperClient::new(transport),
         w.journal.clone(),
@@ -133,7 +144,8 @@ pub(super) fn golden_build(w: &Wiring<'_>, pending: crate::guests::golden_build:
         w.config.allowed_signers.clone(),
         w.config.golden.clone(),
     )
-    .with_pending(pending);
+    .with_pending(pending)
+    .with_boot_test(Arc::new(boot_test));
     let task =
         crate::guests::golden_build::build_task::GoldenBuildTask::new(builder, w.desired.clone());
     w.tasks.spawn("golden_build", task.run(w.cancel.clone()));

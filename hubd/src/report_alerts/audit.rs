@@ -4,6 +4,7 @@
 //! | action | alert | event |
 //! |---|---|---|
 //! | `golden.refused` | `golden_refused` | — |
+//! | `golden.verify_failed` | `golden_verify_failed`, with the reason (the previous verified build stays in use) | — |
 //! | `storage.refused` | — (stored only: the refused target is in the report, where `storage_refused` stays open while it is refused, [`super`]) | — |
 //! | `archive.rejected` | `archive_rejected`, with the archive, the guest and the reason | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
@@ -32,6 +33,8 @@ use super::{bounded, guest_name};
 
 /// The agent's audit action for a refused golden archive.
 pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
+/// The agent's audit action for a golden build that failed its verification.
+pub const GOLDEN_VERIFY_FAILED_ACTION: &str = "golden.verify_failed";
 /// The agent's audit action for a storage target or tier it refused (not in the signed data
 /// plan, another identity, credentials sealed for another target).
 pub const STORAGE_REFUSED_ACTION: &str = "storage.refused";
@@ -111,6 +114,7 @@ pub fn judge(
     let facts = Facts::of(detail);
     match action {
         GOLDEN_REFUSED_ACTION => Some(golden_refused(hostname, &facts)),
+        GOLDEN_VERIFY_FAILED_ACTION => Some(golden_verify_failed(hostname, &facts)),
         ARCHIVE_REJECTED_ACTION => Some(archive_rejected(hostname, &facts)),
         GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
         OPERATION_FINISHED_ACTION => destructive(hostname, report, &facts),
@@ -136,6 +140,20 @@ fn golden_refused(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
             format!(
                 "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
                 facts.text("volid").unwrap_or_else(|| "?".to_owned()),
+                facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+            ),
+        )),
+        event: None,
+    }
+}
+
+/// A new golden build that did not pass its verification: an alert.
+fn golden_verify_failed(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: Some((
+            AlertKind::GoldenVerifyFailed,
+            format!(
+                "host {hostname}: a new golden build failed its verification ({}): guests keep being provisioned from the previous verified build",
                 facts.text("reason").unwrap_or_else(|| "?".to_owned()),
             ),
         )),

@@ -360,6 +360,8 @@ max_parallel = 8
 [helper]
 transport = "socket"
 socket = {helper_socket:?}
+[golden]
+boot_stay_up_seconds = 1
 "#,
         state = state_dir,
         signers = signers_path,

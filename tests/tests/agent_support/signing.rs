@@ -141,11 +141,18 @@ pub fn signed_golden(volid: &str, sha256: &str) -> Value {
 /// A desired-state `golden_recipe` entry for `version` (controller `image` at `digest`),
 /// signed by the harness's golden signer.
 pub fn signed_golden_recipe(version: &str, image: &str, digest: &str) -> Value {
-    let signer = golden_signer();
-    let document = serde_json::to_vec(&bosun_proto::golden_recipe::GoldenRecipeDocument::new(
+    signed_golden_recipe_document(&bosun_proto::golden_recipe::GoldenRecipeDocument::new(
         version, image, digest,
     ))
-    .unwrap();
+}
+
+/// A desired-state `golden_recipe` entry of `recipe`, signed by the harness's golden signer.
+#[allow(dead_code, reason = "not every suite signs a recipe of its own")]
+pub fn signed_golden_recipe_document(
+    recipe: &bosun_proto::golden_recipe::GoldenRecipeDocument,
+) -> Value {
+    let signer = golden_signer();
+    let document = serde_json::to_vec(recipe).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let private = dir.path().join("id_ed25519");
     std::fs::write(&private, &signer.private).unwrap();

@@ -1,6 +1,8 @@
 //! The start-up side of restore tests: a test the agent was stopped in the middle of has
 //! its open step closed (its task looked up and followed), its scratch guest destroyed as
-//! compensation of the test's own operation, and is recorded `interrupted`.
+//! compensation of the test's own operation, and is recorded `interrupted`. A golden build's
+//! boot test (`golden_verify`) is cleaned up the same way and closed failed: its build stays
+//! unverified.
 
 use bosun_errchain::error_chain;
 use bosun_pve::{Pve, Vmid};
@@ -21,7 +23,11 @@ pub async fn close_interrupted<P: Pve>(
 ) -> usize {
     let mut closed = 0;
     for unfinished in unfinished {
-        let op = OpJournal::resume(journal, unfinished.operation.op_id, OpKind::RestoreTest);
+        let kind = unfinished
+            .operation
+            .op_kind()
+            .unwrap_or(OpKind::RestoreTest);
+        let op = OpJournal::resume(journal, unfinished.operation.op_id, kind);
         crate::ops::operation::replay::close_open_step(pve, &op, &unfinished).await;
         let scratch: Vec<u32> = match journal.all_provenance().await {
             Ok(all) => all
@@ -46,6 +52,23 @@ pub async fn close_interrupted<P: Pve>(
             }
         }
         if !clean {
+            continue;
+        }
+        if kind == OpKind::GoldenVerify {
+            // A golden build's boot test: the build stays unverified and is tried again.
+            let closed_failed = journal
+                .finish_operation(
+                    op.op_id(),
+                    crate::ops::journal::OpStatus::Failed,
+                    Some("interrupted: the agent stopped during the golden boot test".into()),
+                )
+                .await;
+            match closed_failed {
+                Ok(()) => closed += 1,
+                Err(e) => {
+                    tracing::error!(error = %error_chain(&e), "could not close an interrupted golden boot test")
+                }
+            }
             continue;
         }
         let chosen = journal

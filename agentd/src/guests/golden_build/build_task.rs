@@ -1,7 +1,9 @@
 //! Watches the desired state's signed golden recipe and builds it when this host has no
-//! build of it ([`super::GoldenBuilder::ensure`]). A refused recipe is audited once
+//! build of it, or when its newest build is older than the recipe's `refresh_days`
+//! ([`super::GoldenBuilder::ensure`]; the task wakes when the refresh falls due). A refused recipe is audited once
 //! (`golden.build_refused`) and not retried until another recipe arrives; a failed build
-//! is audited (`golden.build_failed`) and retried after a pause that doubles from
+//! is audited (`golden.build_failed`, or `golden.verify_failed` for a build that did not pass
+//! its boot test) and retried after a pause that doubles from
 //! [`FIRST_RETRY`] up to [`MAX_RETRY`]. Builds run one at a time, outside any guest queue
 //! (the builder is a container of its own, destroyed at the end).
 
@@ -50,6 +52,7 @@ impl GoldenBuildTask {
                 .as_ref()
                 .and_then(|d| d.state.golden_recipe.clone());
             let mut retry_in = None;
+            let mut refresh_at = None;
             if let Some(signed) = recipe.filter(|r| refused.as_ref() != Some(r)) {
                 match self.builder.ensure(&signed).await {
                     Ok(built) => {
@@ -57,6 +60,7 @@ impl GoldenBuildTask {
                         if let Some(build) = built {
                             tracing::info!(volid = %build.volid, version = %build.version, "golden image built");
                         }
+                        refresh_at = self.builder.next_refresh(&signed).await;
                     }
                     Err(e) if e.is_refusal() => {
                         self.audit("golden.build_refused", &e).await;
@@ -67,22 +71,32 @@ impl GoldenBuildTask {
                             Some((last, pause)) if *last == signed => (*pause * 2).min(MAX_RETRY),
                             _ => FIRST_RETRY,
                         };
-                        self.audit("golden.build_failed", &e).await;
+                        let action = if e.is_verify_failure() {
+                            "golden.verify_failed"
+                        } else {
+                            "golden.build_failed"
+                        };
+                        self.audit(action, &e).await;
                         failed = Some((signed, pause));
                         retry_in = Some(pause);
                     }
                 }
             }
             let clock = &self.builder.clock;
-            match retry_in {
+            let wake = match (retry_in, refresh_at) {
+                (Some(pause), _) => Some(clock.sleep(pause)),
+                (None, Some(at)) => Some(clock.sleep_until(at)),
+                (None, None) => None,
+            };
+            match wake {
                 None => tokio::select! {
                     () = cancel.cancelled() => return,
                     changed = self.desired.changed() => if changed.is_err() { return },
                 },
-                Some(pause) => tokio::select! {
+                Some(wake) => tokio::select! {
                     () = cancel.cancelled() => return,
                     changed = self.desired.changed() => if changed.is_err() { return },
-                    () = clock.sleep(pause) => {}
+                    () = wake => {}
                 },
             }
         }

@@ -11,10 +11,21 @@
 //! before the restore; a version this host never built is refused like any archive of
 //! unknown provenance.
 //!
+//! A recipe that names `refresh_days` is built again once its newest build of the version
+//! and controller digest is that old: the new build is journaled beside the old one, and
+//! guests provisioned later start from the newest. The cadence lives in the signed recipe
+//! only, so unsigned desired state cannot change it.
+//!
+//! A new build is verified before it replaces the old one ([`GoldenBuilder::verify_build`]:
+//! the helper's hash and the signed controller digest, then a boot in a scratch guest,
+//! [`boot_test`]). Only verified builds seed guests; one that fails is kept unverified,
+//! audited `golden.verify_failed`, and built again after the retry pause.
+//!
 //! A recipe whose signature does not verify is never built (audited once,
 //! `golden.build_refused`). A failed build is audited (`golden.build_failed`) and retried
 //! with a growing pause ([`build_task`]).
 
+pub mod boot_test;
 pub mod build_task;
 
 use std::path::PathBuf;
@@ -25,6 +36,7 @@ use bosun_proto::golden_recipe::GoldenRecipeDocument;
 use bosun_proto::helper::{ArchiveName, BuildGolden, Output, Request};
 use bosun_proto::signed::SignedDocument;
 use bosun_proto::validate::ValidationError;
+use jiff::Timestamp;
 use parking_lot::Mutex;
 
 use crate::clock::SharedClock;
@@ -68,6 +80,22 @@ pub enum GoldenBuildError {
         /// What the helper reported.
         archive: Option<String>,
     },
+    /// The new build did not pass its boot test; the build stays journaled unverified and
+    /// guests keep being provisioned from the previous verified one.
+    #[error("golden build {volid} failed its verification")]
+    VerifyFailed {
+        /// The build's archive.
+        volid: String,
+        /// Cause.
+        #[source]
+        source: Box<boot_test::BootTestError>,
+    },
+    /// No boot test is wired (no Proxmox client): the build cannot be verified.
+    #[error("golden build {volid} cannot be verified: no boot test is configured")]
+    NoBootTest {
+        /// The build's archive.
+        volid: String,
+    },
     /// The journal could not be read or written.
     #[error("journaling golden version {version}")]
     Journal {
@@ -89,8 +117,15 @@ impl GoldenBuildError {
             Self::Helper { .. } => "helper",
             Self::UnexpectedOutput { .. } => "unexpected_output",
             Self::Unverifiable { .. } => "unverifiable",
+            Self::VerifyFailed { .. } => "boot_test_failed",
+            Self::NoBootTest { .. } => "no_boot_test",
             Self::Journal { .. } => "journal",
         }
+    }
+
+    /// Whether the build was made but did not pass its verification.
+    pub fn is_verify_failure(&self) -> bool {
+        matches!(self, Self::VerifyFailed { .. } | Self::NoBootTest { .. })
     }
 
     /// Whether building again could help (a refused recipe stays refused).
@@ -115,6 +150,13 @@ impl PendingBuild {
     }
 }
 
+/// Whether `newest`, a build of `recipe`, is older than the recipe's refresh interval.
+fn is_stale(recipe: &GoldenRecipeDocument, newest: &GoldenBuild, now: Timestamp) -> bool {
+    recipe
+        .refresh_interval()
+        .is_some_and(|interval| now.duration_since(newest.built_at) >= interval)
+}
+
 /// Builds golden images for signed recipes through the helper.
 #[derive(Debug, Clone)]
 pub struct GoldenBuilder {
@@ -124,6 +166,7 @@ pub struct GoldenBuilder {
     signers_path: PathBuf,
     settings: GoldenSettings,
     pending: PendingBuild,
+    boot_test: Option<Arc<dyn boot_test::BootTest>>,
 }
 
 impl GoldenBuilder {
@@ -142,7 +185,15 @@ impl GoldenBuilder {
             signers_path,
             settings,
             pending: PendingBuild::default(),
+            boot_test: None,
         }
+    }
+
+    /// The same builder, verifying each new build with `boot_test` before it is used.
+    #[must_use]
+    pub fn with_boot_test(mut self, boot_test: Arc<dyn boot_test::BootTest>) -> Self {
+        self.boot_test = Some(boot_test);
+        self
     }
 
     /// The same builder, telling `pending` which version it is building.
@@ -177,8 +228,26 @@ impl GoldenBuilder {
         Ok(document)
     }
 
+    /// When the signed recipe's newest build falls due for its refresh, if the recipe names
+    /// a cadence and this host has a build of it. Read after [`Self::ensure`] accepted the
+    /// same document: it only says when to look again, and the next `ensure` verifies anew.
+    pub async fn next_refresh(&self, signed: &SignedDocument) -> Option<Timestamp> {
+        let recipe = signed.golden_recipe().ok()?;
+        let interval = recipe.refresh_interval()?;
+        let newest = self
+            .journal
+            .golden_build(
+                recipe.version.clone(),
+                Some(recipe.controller_digest.clone()),
+            )
+            .await
+            .ok()??;
+        newest.built_at.checked_add(interval).ok()
+    }
+
     /// Builds the signed recipe unless the journal already holds a build of its version
-    /// and controller digest; gives the new build, or `None` when there was nothing to do.
+    /// and controller digest, younger than the recipe's `refresh_days` when it names them;
+    /// gives the new build, or `None` when there was nothing to do.
     pub async fn ensure(
         &self,
         signed: &SignedDocument,
@@ -196,13 +265,54 @@ impl GoldenBuilder {
             )
             .await
             .map_err(journal_err)?;
-        if known.is_some() {
+        if let Some(known) = known
+            && !is_stale(&recipe, &known, self.clock.now())
+        {
             return Ok(None);
         }
+        // Guests naming the version wait while it is built and verified.
         self.pending.set(Some(recipe.version.clone()));
-        let built = self.build(&recipe).await;
+        let built = match self.build(&recipe).await {
+            Ok(build) => self.verify_build(&build).await.map(|()| build),
+            Err(e) => Err(e),
+        };
         self.pending.set(None);
         built.map(Some)
+    }
+
+    /// Verifies a new build before it replaces the previous one: the helper hashed and
+    /// sized the archive vzdump wrote and baked the controller only if its archive hashed to
+    /// the signed digest (both in [`Self::build`]); here the base boots in a scratch guest.
+    /// Passed: the build is marked verified (audited `golden.verified`). Failed: it stays
+    /// unverified and guests keep the previous verified build.
+    pub async fn verify_build(&self, build: &GoldenBuild) -> Result<(), GoldenBuildError> {
+        let Some(boot_test) = &self.boot_test else {
+            return Err(GoldenBuildError::NoBootTest {
+                volid: build.volid.clone(),
+            });
+        };
+        let started = std::time::Instant::now();
+        boot_test
+            .boot(build)
+            .await
+            .map_err(|source| GoldenBuildError::VerifyFailed {
+                volid: build.volid.clone(),
+                source: Box::new(source),
+            })?;
+        let detail = serde_json::json!({
+            "sha256": build.sha256,
+            "controller_digest": build.controller_digest,
+            "boot_test_s": started.elapsed().as_secs(),
+        });
+        self.journal
+            .mark_golden_verified(build.volid.clone(), detail)
+            .await
+            .map_err(|source| GoldenBuildError::Journal {
+                version: build.version.clone(),
+                source,
+            })?;
+        tracing::info!(volid = %build.volid, version = %build.version, "golden build verified");
+        Ok(())
     }
 
     /// Runs `build_golden` for `recipe` and journals the archive it produced.

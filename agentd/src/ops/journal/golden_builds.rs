@@ -1,7 +1,9 @@
 //! Golden builds: archives this host's helper built for a signed golden recipe, with the
 //! provenance the issue asks for — volid, size and SHA-256 (both read by the helper from the
 //! file vzdump wrote), the golden (recipe) version and the controller digest baked in. A
-//! desired guest that names a golden version is provisioned from the newest build of it.
+//! desired guest that names a golden version is provisioned from the newest *verified* build
+//! of it: a build is journaled unverified and marked verified once it booted in a scratch
+//! guest ([`crate::guests::golden_build`]).
 
 use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
@@ -14,6 +16,21 @@ use super::store::{from_ms, query_err, to_ms};
 
 /// The audit action of a journaled golden build.
 pub const GOLDEN_BUILT_ACTION: &str = "golden.built";
+
+/// The audit action of a build that passed its verification.
+pub const GOLDEN_VERIFIED_ACTION: &str = "golden.verified";
+
+/// The most builds [`Store::golden_builds`] lists.
+pub const MAX_LISTED_BUILDS: u32 = 16;
+
+/// A build as listed for the report: the build and when it passed its verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedBuild {
+    /// The build.
+    pub build: GoldenBuild,
+    /// When it passed its verification; `None` while unverified or after a failed one.
+    pub verified_at: Option<Timestamp>,
+}
 
 /// One golden build.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +54,8 @@ fn valid_sha256(s: &str) -> bool {
 }
 
 impl Store {
-    /// Journals a build (source `built`) with its audit row (`golden.built`), in one
-    /// transaction. A rebuild at the same volid replaces the record.
+    /// Journals a build (source `built`, unverified) with its audit row (`golden.built`), in
+    /// one transaction. A rebuild at the same volid replaces the record.
     pub fn record_golden_build(&mut self, build: &GoldenBuild) -> Result<(), JournalError> {
         if !valid_sha256(&build.sha256) {
             return Err(JournalError::Corrupt {
@@ -56,8 +73,9 @@ impl Store {
         self.write("record golden build", |tx| {
             tx.execute(
                 "INSERT OR REPLACE INTO golden_archives
-                 (volid, sha256, source, built_ms, size, recipe_version, controller_digest)
-                 VALUES (?1, ?2, 'built', ?3, ?4, ?5, ?6)",
+                 (volid, sha256, source, built_ms, size, recipe_version, controller_digest,
+                  verified_ms)
+                 VALUES (?1, ?2, 'built', ?3, ?4, ?5, ?6, NULL)",
                 params![
                     build.volid,
                     build.sha256,
@@ -81,8 +99,82 @@ impl Store {
         })
     }
 
-    /// The newest build of golden `version`; with `controller_digest`, only one baking
-    /// that digest.
+    /// Marks the build at `volid` verified (audited `golden.verified` with `detail`), in one
+    /// transaction; `false` when no build is journaled there.
+    pub fn mark_golden_verified(
+        &mut self,
+        volid: &str,
+        detail: serde_json::Value,
+    ) -> Result<bool, JournalError> {
+        let now = self.now();
+        self.write("mark golden build verified", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE golden_archives SET verified_ms = ?2
+                     WHERE volid = ?1 AND source = 'built'",
+                    params![volid, to_ms(now)],
+                )
+                .map_err(query_err("mark golden build verified"))?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            let mut event = AuditEvent::new(GOLDEN_VERIFIED_ACTION);
+            event.detail = serde_json::json!({ "volid": volid, "check": detail });
+            audit::append(tx, now, &event)?;
+            Ok(true)
+        })
+    }
+
+    /// This host's builds, newest first, at most `limit` (capped at [`MAX_LISTED_BUILDS`]).
+    pub fn golden_builds(&self, limit: u32) -> Result<Vec<ListedBuild>, JournalError> {
+        const WHAT: &str = "list golden builds";
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT volid, sha256, built_ms, size, recipe_version, controller_digest,
+                        verified_ms
+                 FROM golden_archives
+                 WHERE source = 'built' AND recipe_version IS NOT NULL
+                   AND size IS NOT NULL AND controller_digest IS NOT NULL
+                 ORDER BY built_ms DESC, rowid DESC LIMIT ?1",
+            )
+            .map_err(query_err(WHAT))?;
+        let rows = stmt
+            .query_map(params![limit.min(MAX_LISTED_BUILDS)], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<i64>>(6)?,
+                ))
+            })
+            .map_err(query_err(WHAT))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (volid, sha256, built_ms, size, version, digest, verified_ms) =
+                row.map_err(query_err(WHAT))?;
+            out.push(ListedBuild {
+                build: GoldenBuild {
+                    volid,
+                    sha256,
+                    size: u64::try_from(size).unwrap_or(0),
+                    version,
+                    controller_digest: digest,
+                    built_at: from_ms(built_ms, "golden_archives", "built_ms")?,
+                },
+                verified_at: verified_ms
+                    .map(|ms| from_ms(ms, "golden_archives", "verified_ms"))
+                    .transpose()?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The newest *verified* build of golden `version`; with `controller_digest`, only one
+    /// baking that digest.
     pub fn golden_build(
         &self,
         version: &str,
@@ -93,7 +185,7 @@ impl Store {
             .conn
             .query_row(
                 "SELECT volid, sha256, built_ms, size, controller_digest FROM golden_archives
-                 WHERE source = 'built' AND recipe_version = ?1
+                 WHERE source = 'built' AND recipe_version = ?1 AND verified_ms IS NOT NULL
                    AND size IS NOT NULL AND controller_digest IS NOT NULL
                    AND (?2 IS NULL OR controller_digest = ?2)
                  ORDER BY built_ms DESC LIMIT 1",
@@ -123,6 +215,11 @@ impl Store {
 journal_calls! {
     /// See [`Store::record_golden_build`].
     fn record_golden_build(build: GoldenBuild) -> () = |s| s.record_golden_build(&build);
+    /// See [`Store::mark_golden_verified`].
+    fn mark_golden_verified(volid: String, detail: serde_json::Value) -> bool
+        = |s| s.mark_golden_verified(&volid, detail);
+    /// See [`Store::golden_builds`].
+    fn golden_builds(limit: u32) -> Vec<ListedBuild> = |s| s.golden_builds(limit);
     /// See [`Store::golden_build`].
     fn golden_build(version: String, controller_digest: Option<String>) -> Option<GoldenBuild>
         = |s| s.golden_build(&version, controller_digest.as_deref());

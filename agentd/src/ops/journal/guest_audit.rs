@@ -82,7 +82,8 @@ pub fn customer_visible(kind: OpKind) -> bool {
         | OpKind::GuardNetwork
         | OpKind::BreakGlassJob
         | OpKind::AgentUpdateJob
-        | OpKind::LateLandingSweep => false,
+        | OpKind::LateLandingSweep
+        | OpKind::GoldenVerify => false,
     }
 }
 

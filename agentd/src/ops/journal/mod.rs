@@ -85,7 +85,9 @@ pub use data_plan::StoredPlan;
 pub use error::JournalError;
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSignature, GoldenSource};
-pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};
+pub use golden_builds::{
+    GOLDEN_BUILT_ACTION, GOLDEN_VERIFIED_ACTION, GoldenBuild, ListedBuild, MAX_LISTED_BUILDS,
+};
 pub use guest_audit::{GuestAuditRow, OPERATION_FINISHED};
 pub use guest_failures::{FailureCount, FailureCounts, FailureKind};
 pub use handle::JournalHandle;

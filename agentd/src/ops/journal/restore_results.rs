@@ -479,6 +479,7 @@ mod migration_tests {
                      duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
                      detail TEXT, finished_ms INTEGER NOT NULL) STRICT;
                  CREATE INDEX restore_tests_newest ON restore_tests (guest_id, storage, finished_ms);
+                 ALTER TABLE golden_archives DROP COLUMN verified_ms;
                  PRAGMA user_version = 15;",
             )
             .unwrap();

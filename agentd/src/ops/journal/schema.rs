@@ -420,11 +420,18 @@ CREATE TABLE IF NOT EXISTS verifications (
     PRIMARY KEY (guest_id, tier)
 ) STRICT;
 "#,
+    // Version 23: when a golden build passed its verification (a boot in a scratch guest);
+    // guests are provisioned only from verified builds. Builds journaled before this version
+    // were already in use and count as verified when they were built.
+    r#"
+ALTER TABLE golden_archives ADD COLUMN verified_ms INTEGER;
+UPDATE golden_archives SET verified_ms = built_ms WHERE source = 'built';
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 22;
+pub const SCHEMA_VERSION: i64 = 23;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

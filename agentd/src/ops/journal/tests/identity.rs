@@ -14,7 +14,8 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     store
         .conn
         .execute_batch(
-            "ALTER TABLE golden_archives DROP COLUMN signer_principals;
+            "ALTER TABLE golden_archives DROP COLUMN verified_ms;
+             ALTER TABLE golden_archives DROP COLUMN signer_principals;
              ALTER TABLE golden_archives DROP COLUMN signer_fingerprint;
              ALTER TABLE golden_archives DROP COLUMN signature;
              ALTER TABLE golden_archives DROP COLUMN signed_document;
