@@ -16,7 +16,7 @@
 //! agent's records, or whose deadline passed, is dropped.
 
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -246,6 +246,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), std::io::Error> {
         // `create_new` follows no link at the temporary name.
         .mode(0o640)
         .open(&tmp)?;
+    // Set on the open file: the agent's umask (0077) would leave the group no read.
+    file.set_permissions(std::fs::Permissions::from_mode(0o640))?;
     file.write_all(bytes)?;
     file.sync_all()?;
     drop(file);
