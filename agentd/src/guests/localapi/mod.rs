@@ -30,7 +30,6 @@ pub mod auth;
 mod backup_routes;
 mod body;
 pub mod conn;
-mod consent_routes;
 mod controller_routes;
 pub mod error;
 mod handlers;
@@ -59,8 +58,9 @@ pub use auth::{Caller, RateLimiter};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 use bosun_pve::GuestOps;
 pub use conn::ConnectionLimits;
-pub use consent_routes::{ConsentBody, ConsentState};
-pub use controller_routes::{ControllerStatus, DesiredController, HealthBody, HealthRecorded};
+pub use controller_routes::{
+    ConsentBody, ConsentState, ControllerStatus, DesiredController, HealthBody, HealthRecorded,
+};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
 pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
@@ -269,9 +269,9 @@ fn api_router() -> OpenApiRouter<LocalApi> {
         .routes(routes!(controller_routes::desired_controller))
         .routes(routes!(controller_routes::report_health))
         .routes(routes!(
-            consent_routes::consent_state,
-            consent_routes::grant_consent,
-            consent_routes::revoke_consent
+            controller_routes::consent_state,
+            controller_routes::grant_consent,
+            controller_routes::revoke_consent
         ))
 }
 
