@@ -95,6 +95,20 @@ async fn seen_by_alpha(boot: &GuestBootstrap, vmid: u32) -> Result<Vec<String>, 
         .collect())
 }
 
+/// Removes the job documents the break-glass step left under `operator/` for `kind`, so this
+/// step authors and signs its own.
+fn clear_job_files(out: &Path, kind: &str) -> Result<(), DemoError> {
+    for name in [format!("{kind}.json"), format!("{kind}.json.sig")] {
+        let path = out.join("operator").join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(DemoError::Artifact { path, source }),
+        }
+    }
+    Ok(())
+}
+
 /// The step; see the module documentation.
 pub(super) async fn customer_consent(
     n: &mut Narrator,
@@ -131,6 +145,7 @@ pub(super) async fn customer_consent(
         "duration_seconds=3600".to_owned(),
         "reason=demo: customer ticket 4711".to_owned(),
     ];
+    clear_job_files(out, "break-glass-enable")?;
     let enable = signed_job((bins, out), &host, "break-glass-enable", &params).await?;
     let enabled = converge_job(children, bins, out, &host, &enable).await?;
     check(enabled["outcome"] == json!("succeeded"), || {
@@ -241,6 +256,7 @@ pub(super) async fn customer_consent(
         || format!("alpha read {seen:?}"),
     )?;
 
+    clear_job_files(out, "break-glass-disable")?;
     let disable = signed_job((bins, out), &host, "break-glass-disable", &[]).await?;
     let disabled = converge_job(children, bins, out, &host, &disable).await?;
     check(disabled["outcome"] == json!("succeeded"), || {
