@@ -76,7 +76,8 @@ fn a_guest_command_refused_for_want_of_consent_names_its_guest() {
     .concat();
     let (_dir, path) = spool(&text);
     let chunk = read_from(&path, 0).unwrap();
-    let seen: Vec<(&str, Option<u32>, Option<&str>, Option<u8>)> = chunk
+    type Seen<'a> = (&'a str, Option<u32>, Option<&'a str>, Option<u8>);
+    let seen: Vec<Seen<'_>> = chunk
         .commands
         .iter()
         .map(|c| (c.kind.as_str(), c.vmid, c.refused, c.status))
