@@ -264,6 +264,8 @@ fn run_support(dir: &std::path::Path, session: Uuid, asked: &str, sudo_exit: u8)
         .arg(session.to_string())
         .arg("--spool")
         .arg(dir.join("commands.jsonl"))
+        .arg("--consent")
+        .arg(dir.join("consent.json"))
         .arg("--sudo")
         .arg(&sudo)
         .env("SSH_ORIGINAL_COMMAND", asked)
@@ -289,6 +291,15 @@ async fn commands_run_through_the_door_reach_the_audit_trail_once() {
         run_support(dir.path(), request.job_id, "restart agent", 1),
         1
     );
+    // Guest 205 consents (decision 0080), as the agent would write it.
+    let consent = bosun_support::consent::ConsentFile {
+        consents: vec![bosun_support::consent::Consent {
+            vmid: 205,
+            guest_id: "guest-205".into(),
+            expires_at: u64::try_from(jiff::Timestamp::now().as_second()).unwrap() + 3600,
+        }],
+    };
+    std::fs::write(dir.path().join("consent.json"), consent.render()).unwrap();
     assert_eq!(
         run_support(dir.path(), request.job_id, "guest-config 205", 0),
         0

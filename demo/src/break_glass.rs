@@ -39,7 +39,7 @@ pub struct BreakGlassOutcome {
 
 /// Authors a job of `kind` with `params`, signs it with the operator's key and submits it;
 /// gives its id.
-async fn signed_job(
+pub(super) async fn signed_job(
     (bins, out): (&Path, &Path),
     host: &str,
     kind: &str,

@@ -155,6 +155,17 @@ async fn call(
     Ok((status, value))
 }
 
+/// `method path` with `body` on the local API as the guest of `boot`; gives the status and
+/// the answer, whatever the status.
+pub(super) async fn send(
+    boot: &GuestBootstrap,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<(u16, Value), DemoError> {
+    call(&pinned_client(boot)?, boot, method, path, body).await
+}
+
 /// `GET path` on the local API as the guest of `boot`, expecting a 2xx answer.
 pub(super) async fn get(boot: &GuestBootstrap, path: &str) -> Result<Value, DemoError> {
     let client = pinned_client(boot)?;

@@ -68,6 +68,8 @@ pub struct Outcome {
     pub restore_check: Option<super::restore_check::RestoreCheckOutcome>,
     /// An adopted guest: a container made before Bosun, adopted by a signed job.
     pub adopted: Option<super::adopt::AdoptOutcome>,
+    /// Break-glass the customer consents to: alpha's `guest-config` refused, run, refused.
+    pub consent: Option<super::consent::ConsentOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
@@ -481,6 +483,7 @@ pub async fn run(
         },
     )
     .await?;
+    outcome.consent = Some(n.step("break-glass the customer consents to: through a new door, guest alpha's config is refused until alpha's controller consents on its local API (never for another guest, a day at most); it runs, then a revoke refuses the next one; alpha reads each command in its audit log", async |n| super::consent::customer_consent(n, children, &client, (bins, out), (&sim, &agent), (host_id, alpha)).await).await?);
     Ok(unit)
 }
 

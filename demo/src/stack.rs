@@ -249,6 +249,8 @@ pub struct AgentFiles {
     pub site: Site,
     /// Where the break-glass support shell records commands for the agent to read.
     pub break_glass_spool: PathBuf,
+    /// Where the agent writes the guests' break-glass consents for the support shell.
+    pub break_glass_consent: PathBuf,
 }
 
 /// Writes the agent's config for `sim` and `hub` in `out/agent[-site]`, with the operator's
@@ -279,6 +281,8 @@ pub fn write_agent_files(
     // Made here, so it belongs to the agent's user, who reads what the support shell appends.
     let spool = dir.join("break-glass-commands.jsonl");
     write(&spool, "")?;
+    // The agent writes it (in its own directory) when a guest consents.
+    let consent = dir.join("break-glass-consent.json");
     // A fixed port, as in production (8443): the bootstraps pushed into guests name it, so
     // it must stay the same when the agent restarts (steps 7 and 14).
     let local_api_port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -332,6 +336,7 @@ smart_interval_ms = {health_interval}
 
 [break_glass]
 spool = {spool:?}
+consent = {consent:?}
 scan_interval_seconds = 1
 "#,
         state = state_dir,
@@ -369,6 +374,7 @@ scan_interval_seconds = 1
         state_dir,
         site,
         break_glass_spool: spool,
+        break_glass_consent: consent,
     })
 }
 

@@ -187,6 +187,20 @@ impl Command {
         Ok(Some(command))
     }
 
+    /// The guest this command touches, which must consent to it (decision 0080); `None` for
+    /// a host-level command.
+    pub fn guest(&self) -> Option<u32> {
+        match self {
+            Command::GuestConfig { vmid } => Some(*vmid),
+            Command::Help
+            | Command::Exit
+            | Command::Status
+            | Command::Restart(_)
+            | Command::Logs { .. }
+            | Command::Guests => None,
+        }
+    }
+
     /// The fixed command line run through `sudo -n` for this command; `None` for the shell's
     /// own commands (`help`, `exit`). Every pager is off by argument, not by environment.
     pub fn argv(&self) -> Option<Vec<String>> {

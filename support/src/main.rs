@@ -1,9 +1,11 @@
 //! bosun-support: the forced command of a break-glass door (decision 0035).
 //!
-//! `bosun-support --session JOB [--spool FILE] [--sudo PATH] [--limit SECS]` runs the one command in
-//! `SSH_ORIGINAL_COMMAND`, or reads commands line by line. Each line is parsed before any
-//! effect; a support command runs through `sudo -n` as its fixed command line, and every
-//! line (run or refused) is appended to the spool the agent turns into audit rows.
+//! `bosun-support --session JOB [--spool FILE] [--consent FILE] [--sudo PATH] [--limit SECS]`
+//! runs the one command in `SSH_ORIGINAL_COMMAND`, or reads commands line by line. Each line is
+//! parsed before any effect; a command that touches a guest runs only while the consent file
+//! holds that guest's live consent (decision 0080); a support command runs through `sudo -n` as
+//! its fixed command line, and every line (run or refused) is appended to the spool the agent
+//! turns into audit rows.
 
 use std::io::{BufRead, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -11,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use bosun_boundexec::{Limits, Streams};
+use bosun_support::consent::{ConsentFile, DEFAULT_CONSENT_FILE};
 use bosun_support::{Command, MAX_LINE};
 
 const DEFAULT_SPOOL: &str = "/var/lib/bosun-breakglass/commands.jsonl";
@@ -22,18 +25,25 @@ const RUN_LIMITS: Limits = Limits {
     keep: 1024 * 1024,
 };
 const HELP: &str = "commands: status | restart agent|helper-socket|update-gate | \
-logs agent|helper-socket|helper|update-gate [--lines N] | guests | guest-config VMID | help | exit";
+logs agent|helper-socket|helper|update-gate [--lines N] | guests | guest-config VMID (with the guest's consent) | help | exit";
 
 struct Shell {
     session: String,
     spool: String,
+    consent: String,
     sudo: String,
     limits: Limits,
 }
 
+/// The exit status of a command refused for want of its guest's consent (2 is a line that is
+/// not a command).
+const NO_CONSENT: u8 = 3;
+
 fn main() -> ExitCode {
     let Some(shell) = Shell::from_args(std::env::args().skip(1)) else {
-        eprintln!("usage: bosun-support --session JOB [--spool FILE] [--sudo PATH] [--limit SECS]");
+        eprintln!(
+            "usage: bosun-support --session JOB [--spool FILE] [--consent FILE] [--sudo PATH] [--limit SECS]"
+        );
         return ExitCode::from(2);
     };
     if let Ok(line) = std::env::var("SSH_ORIGINAL_COMMAND") {
@@ -86,6 +96,7 @@ impl Shell {
         let mut shell = Shell {
             session: String::new(),
             spool: DEFAULT_SPOOL.to_owned(),
+            consent: DEFAULT_CONSENT_FILE.to_owned(),
             sudo: DEFAULT_SUDO.to_owned(),
             limits: RUN_LIMITS,
         };
@@ -94,6 +105,7 @@ impl Shell {
             match flag.as_str() {
                 "--session" => shell.session = value,
                 "--spool" => shell.spool = value,
+                "--consent" => shell.consent = value,
                 "--sudo" => shell.sudo = value,
                 "--limit" => {
                     let secs = value
@@ -120,15 +132,40 @@ impl Shell {
                 Some(0)
             }
             Ok(Some(command)) => {
+                if let Some(vmid) = command.guest()
+                    && let Err(why) = self.consented(vmid)
+                {
+                    eprintln!("refused: {why}");
+                    self.record(&command.to_string(), None, Some("no_consent"));
+                    return Some(NO_CONSENT);
+                }
                 let status = self.run(&command);
-                self.record(&command.to_string(), Some(status));
+                self.record(&command.to_string(), Some(status), None);
                 Some(status)
             }
             Err(e) => {
                 eprintln!("refused: {e}");
-                self.record("refused", None);
+                self.record("refused", None, None);
                 Some(2)
             }
+        }
+    }
+
+    /// Whether guest `vmid` consents now, read afresh for every command (a revoke holds from
+    /// the next command on); the reason to show the operator when it does not.
+    fn consented(&self, vmid: u32) -> Result<(), String> {
+        let now = unix_now();
+        match ConsentFile::read(std::path::Path::new(&self.consent)) {
+            Ok(file) if file.allows(vmid, now) => Ok(()),
+            Ok(_) => Err(format!(
+                "guest {vmid} has not consented to break-glass commands (its controller grants \
+                 consent, for a bounded time, through POST /v1/break-glass/consent on the \
+                 local API; ask the customer)"
+            )),
+            Err(e) => Err(format!(
+                "guest {vmid}'s consent cannot be checked: {e} ({})",
+                self.consent
+            )),
         }
     }
 
@@ -164,13 +201,15 @@ impl Shell {
     }
 
     /// Appends one bounded JSON line; a failure to record is said, not hidden.
-    fn record(&self, command: &str, status: Option<u8>) {
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let line = serde_json::json!({
+    /// `refused` says why a command that parsed did not run (`no_consent`).
+    fn record(&self, command: &str, status: Option<u8>, refused: Option<&str>) {
+        let at = unix_now();
+        let mut line = serde_json::json!({
             "at": at, "session": self.session, "command": command, "status": status,
         });
+        if let Some(refused) = refused {
+            line["refused"] = refused.into();
+        }
         // Readable by the agent through the spool directory's group (setgid `bosun`).
         let appended = std::fs::OpenOptions::new()
             .append(true)
@@ -182,4 +221,11 @@ impl Shell {
             eprintln!("warning: could not record this command: {e}");
         }
     }
+}
+
+/// The time in Unix seconds (0 before 1970, which no consent outlives).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

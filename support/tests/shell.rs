@@ -227,3 +227,83 @@ fn a_command_that_floods_or_never_ends_is_cut_and_stopped() {
         "the command outlived its limit"
     );
 }
+
+/// Writes a consent file for `vmid` ending at `expires_at` (Unix seconds), as the agent does.
+fn consent(f: &Fixture, entries: &[(u32, u64)]) -> std::path::PathBuf {
+    let path = f.dir.path().join("consent.json");
+    let file = bosun_support::consent::ConsentFile {
+        consents: entries
+            .iter()
+            .map(|(vmid, expires_at)| bosun_support::consent::Consent {
+                vmid: *vmid,
+                guest_id: format!("guest-{vmid}"),
+                expires_at: *expires_at,
+            })
+            .collect(),
+    };
+    std::fs::write(&path, file.render()).expect("write consent");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    path
+}
+
+#[test]
+fn a_guest_command_runs_only_with_that_guests_live_consent_and_a_host_command_needs_none() {
+    let f = Fixture::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let run = |file: &Path, line: &str| {
+        f.shell()
+            .arg("--consent")
+            .arg(file)
+            .env("SSH_ORIGINAL_COMMAND", line)
+            .output()
+            .expect("run")
+    };
+    // No consent file at all: the guest command is refused, the host command runs.
+    let missing = f.dir.path().join("none.json");
+    let refused = run(&missing, "guest-config 101");
+    assert_eq!(refused.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("guest 101 has not consented") && said.contains("/v1/break-glass/consent"),
+        "{said}"
+    );
+    assert_eq!(run(&missing, "guests").status.code(), Some(0));
+    // 102 consents, 101 consented once but its consent has ended: only 102's runs.
+    let file = consent(&f, &[(102, now + 600), (101, now - 1)]);
+    assert_eq!(run(&file, "guest-config 101").status.code(), Some(3));
+    assert_eq!(run(&file, "guest-config 102").status.code(), Some(0));
+    assert_eq!(
+        f.calls(),
+        ["-n -- /usr/sbin/pct list", "-n -- /usr/sbin/pct config 102"],
+        "nothing ran for a guest without live consent"
+    );
+    let spool = f.spool();
+    let lines: Vec<(String, Option<u64>, Option<String>)> = spool
+        .iter()
+        .map(|l| {
+            (
+                l["command"].as_str().unwrap().to_owned(),
+                l["status"].as_u64(),
+                l["refused"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    let no = Some("no_consent".to_owned());
+    assert_eq!(
+        lines,
+        [
+            ("guest-config 101".to_owned(), None, no.clone()),
+            ("guests".to_owned(), Some(0), None),
+            ("guest-config 101".to_owned(), None, no),
+            ("guest-config 102".to_owned(), Some(0), None),
+        ]
+    );
+    // A consent file others may write is no consent.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let unsafe_file = run(&file, "guest-config 102");
+    assert_eq!(unsafe_file.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&unsafe_file.stderr).contains("cannot be checked"));
+}

@@ -4,8 +4,9 @@
 //! the hub raises `break_glass_open`, then `break_glass_closed` after a signed
 //! `break-glass-disable`. A job signed by a key the host does not trust is refused and never
 //! reaches the helper. What the operator runs through the door, with the real support shell
-//! (`bosun-support`), reaches the hub's audit trail naming the door. (Expiry on the clock
-//! seam: `agentd/tests/break_glass.rs`.)
+//! (`bosun-support`), reaches the hub's audit trail naming the door. A command touching a
+//! guest runs only while that guest's controller consents through the local API
+//! (`a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it`). (Expiry on the clock seam: `agentd/tests/break_glass.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -124,8 +125,10 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
     // what the client asked. One support command runs (through a stand-in for sudo here),
     // anything else is refused; both reach the hub's audit trail, naming the door.
     let session = enable.to_string();
-    assert_eq!(support_shell(&files, &session, &spool, "status"), 0);
-    assert_eq!(support_shell(&files, &session, &spool, "bash -i"), 2);
+    let consent = files.dir.path().join("consent.json");
+    let shell = |asked| support_shell(&files, &session, &spool, &consent, asked);
+    assert_eq!(shell("status"), 0);
+    assert_eq!(shell("bash -i"), 2);
     let path = format!("/v1/admin/audit?host={host}&limit=500");
     let commands = || async {
         let (_, page) = hub.admin(reqwest::Method::GET, &path, None).await;
@@ -178,8 +181,15 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
 }
 
 /// Runs the workspace's `bosun-support` as the door's forced command does: the session the
-/// line names, `asked` as the client's command, a stand-in for sudo that succeeds.
-fn support_shell(files: &AgentFiles, session: &str, spool: &std::path::Path, asked: &str) -> i32 {
+/// line names, the agent's consent file, `asked` as the client's command, a stand-in for sudo
+/// that succeeds.
+fn support_shell(
+    files: &AgentFiles,
+    session: &str,
+    spool: &std::path::Path,
+    consent: &std::path::Path,
+    asked: &str,
+) -> i32 {
     use std::os::unix::fs::PermissionsExt as _;
     let exe = std::env::current_exe().unwrap();
     let built = exe
@@ -198,6 +208,8 @@ fn support_shell(files: &AgentFiles, session: &str, spool: &std::path::Path, ask
     std::process::Command::new(built)
         .args(["--session", session, "--spool"])
         .arg(spool)
+        .arg("--consent")
+        .arg(consent)
         .arg("--sudo")
         .arg(&sudo)
         .env("SSH_ORIGINAL_COMMAND", asked)
@@ -206,4 +218,287 @@ fn support_shell(files: &AgentFiles, session: &str, spool: &std::path::Path, ask
         .status
         .code()
         .unwrap()
+}
+
+/// A guest's local API as its controller reaches it: the bootstrap's URL and token.
+struct Controller {
+    url: String,
+    token: String,
+    client: reqwest::Client,
+}
+
+impl Controller {
+    /// Guest `vmid`'s controller, once its bootstrap is pushed and its token is accepted.
+    async fn of(files: &AgentFiles, vmid: u32) -> Controller {
+        let path = files.helper.bootstrap_path(vmid);
+        eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
+            let path = path.clone();
+            async move { path.exists() }
+        })
+        .await;
+        let doc = files.helper.read_bootstrap(vmid);
+        let controller = Controller {
+            url: doc.local_api.url.clone(),
+            token: doc.local_api.token.expose().to_owned(),
+            client: reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        };
+        eventually(Duration::from_secs(10), "the token is accepted", || async {
+            controller.call(reqwest::Method::GET, "", None).await.0 == 200
+        })
+        .await;
+        controller
+    }
+
+    /// `method` on `/v1/break-glass/consent` + `query` with `body`.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        query: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .client
+            .request(
+                method,
+                format!("{}/v1/break-glass/consent{query}", self.url),
+            )
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let answer = request.send().await.unwrap();
+        let status = answer.status().as_u16();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn audit(&self) -> Vec<Value> {
+        let page: Value = self
+            .client
+            .get(format!("{}/v1/audit?limit=100", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        page["entries"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let spool = files.dir.path().join("support-commands.jsonl");
+    let consent = files.dir.path().join("consent.json");
+    files.use_local_api(
+        0,
+        &format!(
+            "[backup]\nstorage = \"local\"\n[break_glass]\nspool = {spool:?}\nconsent = {consent:?}\nscan_interval_seconds = 1\n"
+        ),
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let (alpha, beta) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    hub.put_desired(
+        host,
+        &desired(&sim, &[(alpha, "alpha"), (beta, "beta")], "running"),
+    )
+    .await;
+    let status = agent.handles.reconcile.clone();
+    let (a, b) = (
+        running_vmid(&status, alpha).await,
+        running_vmid(&status, beta).await,
+    );
+    let (ctl_a, ctl_b) = (
+        Controller::of(&files, a).await,
+        Controller::of(&files, b).await,
+    );
+
+    // The operator's door is open (a signed job the hub forwards): that alone reaches no
+    // guest. Host-level commands run; a command on a guest without its consent is refused,
+    // and the operator is told why.
+    let operator = files.trusted_operator();
+    let door_key = OperatorKey::new("oncall@desk");
+    let public = std::fs::read_to_string(door_key.key.with_extension("pub")).unwrap();
+    let key_param = format!("ssh_public_key={}", public.trim());
+    let host_s = host.to_string();
+    let args = [
+        "--kind",
+        "break-glass-enable",
+        "--host",
+        &host_s,
+        "--param",
+        &key_param,
+        "--param",
+        "duration_seconds=3600",
+        "--param",
+        "reason=customer ticket 4711",
+    ];
+    let enable = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, enable).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let session = enable.to_string();
+    let shell = |asked: String| support_shell(&files, &session, &spool, &consent, &asked);
+    let config_a = format!("guest-config {a}");
+    let config_b = format!("guest-config {b}");
+    assert_eq!(
+        shell("status".into()),
+        0,
+        "a host-level command needs no consent"
+    );
+    assert_eq!(shell(config_a.clone()), 3, "no consent yet");
+
+    // Guest beta tries to consent for alpha: refused, and alpha's config stays closed.
+    for (query, body) in [
+        (
+            String::new(),
+            serde_json::json!({"duration_seconds": 600, "vmid": a}),
+        ),
+        (
+            String::new(),
+            serde_json::json!({"duration_seconds": 600, "guest_id": alpha}),
+        ),
+        (
+            format!("?vmid={a}"),
+            serde_json::json!({"duration_seconds": 600}),
+        ),
+    ] {
+        let (code, answer) = ctl_b.call(reqwest::Method::POST, &query, Some(body)).await;
+        assert_eq!(code, 403, "{answer}");
+        assert_eq!(answer["code"], "foreign_guest", "{answer}");
+    }
+    assert_eq!(shell(config_a.clone()), 3, "beta cannot consent for alpha");
+    // Beyond the bound: a clear error, no consent.
+    let (code, answer) = ctl_a
+        .call(
+            reqwest::Method::POST,
+            "",
+            Some(serde_json::json!({"duration_seconds": 90_000})),
+        )
+        .await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains("24 h"),
+        "{answer}"
+    );
+
+    // Alpha consents: its command runs, beta's stays refused.
+    let (code, answer) = ctl_a
+        .call(
+            reqwest::Method::POST,
+            "",
+            Some(serde_json::json!({"duration_seconds": 600, "reason": "ticket 4711"})),
+        )
+        .await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(shell(config_a.clone()), 0, "alpha consented");
+    assert_eq!(shell(config_b.clone()), 3, "beta did not");
+    // A revoke holds from the next command on.
+    let (code, _) = ctl_a.call(reqwest::Method::DELETE, "", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(shell(config_a.clone()), 3, "revoked");
+    // A consent cannot outlive its bound.
+    let (code, _) = ctl_a
+        .call(
+            reqwest::Method::POST,
+            "",
+            Some(serde_json::json!({"duration_seconds": 1})),
+        )
+        .await;
+    assert_eq!(code, 200);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(shell(config_a.clone()), 3, "expired");
+
+    // Alpha's customer reads every command on alpha, run or refused, in full, and its own
+    // consents; beta sees the host-level command's kind, never alpha's.
+    let on_alpha = |entries: &[Value]| {
+        entries
+            .iter()
+            .filter(|e| {
+                e["event"] == "break_glass.command" && e["detail"]["command"] == config_a.as_str()
+            })
+            .map(|e| {
+                (
+                    e["detail"]["status"].clone(),
+                    e["detail"]["refused"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "alpha's audit holds the commands on alpha",
+        || async { on_alpha(&ctl_a.audit().await).len() == 5 },
+    )
+    .await;
+    let refused = Value::from("no_consent");
+    assert_eq!(
+        on_alpha(&ctl_a.audit().await),
+        [
+            (Value::Null, refused.clone()),
+            (Value::Null, refused.clone()),
+            (Value::from(0), Value::Null),
+            (Value::Null, refused.clone()),
+            (Value::Null, refused),
+        ],
+        "newest first: expired, revoked, run, after beta's attempt, before any consent"
+    );
+    let events: Vec<Value> = ctl_a
+        .audit()
+        .await
+        .iter()
+        .map(|e| e["event"].clone())
+        .collect();
+    for event in ["break_glass.consent_granted", "break_glass.consent_revoked"] {
+        assert!(events.contains(&Value::from(event)), "{event}: {events:?}");
+    }
+    let seen_by_beta = ctl_b.audit().await;
+    assert!(on_alpha(&seen_by_beta).is_empty(), "{seen_by_beta:?}");
+    assert!(
+        seen_by_beta
+            .iter()
+            .all(|e| !e["event"].as_str().unwrap().contains("consent")),
+        "{seen_by_beta:?}"
+    );
+    assert!(
+        seen_by_beta
+            .iter()
+            .any(|e| e["event"] == "break_glass.command" && e["detail"] == serde_json::json!({"account": "bosun-breakglass", "kind": "status", "status": 0})),
+        "{seen_by_beta:?}"
+    );
+    // The hub's trail holds them too, each naming the door and the guest it touched.
+    let path = format!("/v1/admin/audit?host={host}&limit=500");
+    let at_hub = || async {
+        let (_, page) = hub.admin(reqwest::Method::GET, &path, None).await;
+        page["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| {
+                e["action"] == "break_glass.command"
+                    && e["detail"]["detail"]["command"] == config_a.as_str()
+            })
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the hub holds alpha's commands",
+        || async { at_hub().await.len() == 5 },
+    )
+    .await;
+    let rows = at_hub().await;
+    assert!(
+        rows.iter()
+            .all(|e| e["detail"]["job_id"] == session.as_str()
+                && e["detail"]["guest_id"] == alpha.to_string().as_str()
+                && e["detail"]["vmid"] == a),
+        "{rows:?}"
+    );
+    agent.stop().await;
 }

@@ -301,6 +301,10 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
 
     // An adopted guest: the job signed for another hostname is refused and writes nothing;
     // the right one gives the container its identity in one write.
+    let consent = outcome.consent.clone().expect("the consent step ran");
+    assert_eq!(consent.exits, [3, 0, 3], "{consent:?}");
+    assert_eq!(consent.foreign, 403, "{consent:?}");
+    assert_eq!(consent.seen.len(), 3, "{consent:?}");
     let adopted = outcome.adopted.clone().expect("the adopt step ran");
     assert!(adopted.refused.contains("hostname_mismatch"), "{adopted:?}");
     assert_eq!(adopted.writes, 1, "{adopted:?}");
@@ -414,7 +418,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
 
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 24;
+    let steps = 25;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(

@@ -477,6 +477,7 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
         "/etc/bosun/helper.json",
         "/etc/bosun/break-glass",
         "/var/lib/bosun-breakglass",
+        "/var/lib/bosun-consent",
         "/etc/bosun-hub",
     ] {
         ensure!(!Path::new(gone).exists(), "purge removes {gone}");
@@ -563,11 +564,18 @@ fn installed_state() -> Result<()> {
     assert_mode("/usr/libexec/bosun/bosun-update-gate", 0, 0, 0o755, false)?;
     assert_mode("/usr/libexec/bosun/bosun-support", 0, 0, 0o755, false)?;
     assert_mode("/etc/sudoers.d/bosun-breakglass", 0, 0, 0o440, false)?;
-    let breakglass_uid = ids_with_shell("bosun-breakglass", "/bin/bash")?.0;
+    let (breakglass_uid, breakglass_gid) = ids_with_shell("bosun-breakglass", "/bin/bash")?;
     assert_mode(
         "/var/lib/bosun-breakglass",
         breakglass_uid,
         bosun_gid,
+        0o2750,
+        true,
+    )?;
+    assert_mode(
+        "/var/lib/bosun-consent",
+        bosun_uid,
+        breakglass_gid,
         0o2750,
         true,
     )?;

@@ -95,6 +95,7 @@
 //!
 //! [break_glass]                             # what break-glass sessions ran (decision 0035)
 //! spool = "/var/lib/bosun-breakglass/commands.jsonl"
+//! consent = "/var/lib/bosun-consent/consent.json" # guests' consents, for the support shell
 //! scan_interval_seconds = 10                # 1 s to 5 min, where the spool's directory
 //!                                           # cannot be watched (read when it changes otherwise)
 //! ```
@@ -186,6 +187,10 @@ impl AgentConfig {
                 .break_glass
                 .spool
                 .unwrap_or_else(|| PathBuf::from(crate::trust::break_glass::spool::DEFAULT_SPOOL)),
+            break_glass_consent: raw
+                .break_glass
+                .consent
+                .unwrap_or_else(|| PathBuf::from(bosun_support::consent::DEFAULT_CONSENT_FILE)),
         })
     }
 

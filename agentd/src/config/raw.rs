@@ -58,6 +58,8 @@ pub(super) struct RawBreakGlass {
     #[serde(default)]
     pub(super) spool: Option<PathBuf>,
     #[serde(default)]
+    pub(super) consent: Option<PathBuf>,
+    #[serde(default)]
     pub(super) scan_interval_seconds: Option<u64>,
 }
 

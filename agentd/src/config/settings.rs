@@ -78,6 +78,8 @@ pub struct AgentConfig {
     pub slots_root: PathBuf,
     /// The break-glass support shell's spool, read into the audit trail.
     pub break_glass_spool: PathBuf,
+    /// Where the guests' break-glass consents are written for the support shell (decision 0080).
+    pub break_glass_consent: PathBuf,
     /// How often the spool is read where its directory cannot be watched.
     pub break_glass_scan_interval: Duration,
 }

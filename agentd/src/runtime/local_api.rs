@@ -24,6 +24,7 @@ use crate::guests::localapi::{
 };
 use crate::links::helper::HelperClient;
 use crate::ops::journal::JournalHandle;
+use crate::trust::break_glass::consent::ConsentBook;
 
 /// The local API bound but not yet serving.
 pub(super) struct BoundLocalApi {
@@ -109,6 +110,8 @@ pub(super) struct LocalApiSources {
     pub restore_tests: RestoreTestBoard,
     /// The controllers' board.
     pub controllers: ControllerBoard,
+    /// The guests' break-glass consents.
+    pub consent: ConsentBook,
 }
 
 /// Serves the local API on its bound listener; gives where guests reach it and its
@@ -132,6 +135,7 @@ pub(super) fn serve(
         storage: sources.storage,
         restore_tests: sources.restore_tests,
         controllers: sources.controllers,
+        consent: sources.consent,
         clock: Arc::clone(w.clock),
         config: LocalApiConfig {
             max_body_bytes: settings.max_body_bytes,

@@ -355,6 +355,12 @@ async fn spawn_all(
             storage: storage_facts.clone(),
             restore_tests,
             controllers: controllers.clone(),
+            consent: crate::trust::break_glass::consent::ConsentBook::open(
+                config.break_glass_consent.clone(),
+                opened.journal.clone(),
+                Arc::clone(&opened.clock),
+            )
+            .await,
         },
     );
     let host_id = host.identity.host_id;

@@ -276,6 +276,12 @@ impl Harness {
             storage: storage_rx,
             restore_tests: board.clone(),
             controllers: controllers.clone(),
+            consent: bosun_agentd::trust::break_glass::consent::ConsentBook::open(
+                dir.path().join("consent.json"),
+                journal.clone(),
+                clock.clone(),
+            )
+            .await,
             clock,
             config: options.config.clone(),
         });
@@ -353,6 +359,18 @@ impl Harness {
             .post(self.url(path))
             .bearer_auth(&self.guests[n].token)
             .json(&body)
+            .send()
+            .await
+            .expect("request sent");
+        read(resp).await
+    }
+
+    /// A DELETE of `path` with guest `n`'s token.
+    pub async fn delete(&self, n: usize, path: &str) -> (u16, serde_json::Value) {
+        let resp = self
+            .client
+            .delete(self.url(path))
+            .bearer_auth(&self.guests[n].token)
             .send()
             .await
             .expect("request sent");

@@ -115,3 +115,25 @@ fn every_command_line_is_absolute_and_pagerless() {
     }
     assert_eq!(Command::Help.argv(), None);
 }
+
+#[test]
+fn only_a_command_touching_a_guest_names_one() {
+    assert_eq!(
+        parse("guest-config 101").unwrap().unwrap().guest(),
+        Some(101)
+    );
+    for host_level in [
+        "status",
+        "guests",
+        "restart agent",
+        "logs helper",
+        "help",
+        "exit",
+    ] {
+        assert_eq!(
+            parse(host_level).unwrap().unwrap().guest(),
+            None,
+            "{host_level}"
+        );
+    }
+}

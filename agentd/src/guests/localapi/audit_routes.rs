@@ -1,8 +1,9 @@
 //! `GET /v1/audit`: what was done to the caller's own guest, from the host's chained audit
 //! log ([`crate::ops::journal::guest_audit`]): its operations (snapshots, rollbacks, backups,
 //! restores, restore tests, controller rollouts, resizes, power, decommission) and the
-//! break-glass sessions opened on its host and the kind and exit status of each command run
-//! through them. Another guest's rows are never shown.
+//! break-glass sessions opened on its host and the kind and exit status of each host-level
+//! command run through them; each break-glass command on its own guest in full, and its
+//! consents (decision 0080). Another guest's rows are never shown.
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
@@ -32,7 +33,8 @@ pub struct AuditItem {
     /// It concerns the whole host (a break-glass session), not only this guest.
     pub host_wide: bool,
     /// Its facts (for `operation.finished`: `kind`, `status` and, when it failed, `error`;
-    /// for `break_glass.command`: the command's `kind` and exit `status`).
+    /// for a host-wide `break_glass.command`: the command's `kind` and exit `status`; for one on
+    /// this guest also its `command` and, when it was refused, `refused: no_consent`).
     #[schema(value_type = Object)]
     pub detail: serde_json::Value,
 }

@@ -15,8 +15,10 @@
 //!                     reads ◄──────────────────┤
 //!  GuestOps (bosun-pve) ◄── GuestQueue (one mutation per guest) ◄── snapshot / rollback
 //!                                              ├──► BackupService (crate::data::backup) ── queue
-//!                                              └──► ControllerBoard (crate::guests::controller):
-//!                                                   the digest to run, health reports
+//!                                              ├──► ControllerBoard (crate::guests::controller):
+//!                                              │    the digest to run, health reports
+//!                                              └──► ConsentBook (crate::trust::break_glass):
+//!                                                   break-glass consent → the support shell's file
 //! ```
 //!
 //! Errors are answered in one place ([`error::ApiError`]): a stable `code` and a `message`.
@@ -56,7 +58,9 @@ pub use auth::{Caller, RateLimiter};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 use bosun_pve::GuestOps;
 pub use conn::ConnectionLimits;
-pub use controller_routes::{ControllerStatus, DesiredController, HealthBody, HealthRecorded};
+pub use controller_routes::{
+    ConsentBody, ConsentState, ControllerStatus, DesiredController, HealthBody, HealthRecorded,
+};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
 pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
@@ -73,6 +77,7 @@ use crate::guests::controller::ControllerBoard;
 use crate::guests::credentials::cert::{CertError, LocalApiCert};
 use crate::guests::queue::GuestQueue;
 use crate::ops::journal::{self, JournalHandle};
+use crate::trust::break_glass::consent::ConsentBook;
 
 /// The default port on the bridge address.
 pub const DEFAULT_PORT: u16 = 8443;
@@ -129,6 +134,7 @@ struct Inner {
     storage: watch::Receiver<StorageFacts>,
     restore_tests: RestoreTestBoard,
     controllers: ControllerBoard,
+    consent: ConsentBook,
     limiter: RateLimiter,
     refusals: refusals::RefusalLedger,
     /// Connection slots per guest ([`slots`]).
@@ -158,6 +164,8 @@ pub struct LocalApiParts {
     pub restore_tests: RestoreTestBoard,
     /// What each guest's controller is told to run, and its health reports.
     pub controllers: ControllerBoard,
+    /// Each guest's consent to break-glass commands, and the file the support shell reads.
+    pub consent: ConsentBook,
     /// The agent's clock.
     pub clock: SharedClock,
     /// Tunables.
@@ -192,6 +200,7 @@ impl LocalApi {
                 storage: parts.storage,
                 restore_tests: parts.restore_tests,
                 controllers: parts.controllers,
+                consent: parts.consent,
                 limiter,
                 refusals: refusals::RefusalLedger::new(parts.config.refusal_window),
                 slots: SlotBook::new(&parts.config.connections),
@@ -259,6 +268,11 @@ fn api_router() -> OpenApiRouter<LocalApi> {
         .routes(routes!(audit_routes::guest_audit))
         .routes(routes!(controller_routes::desired_controller))
         .routes(routes!(controller_routes::report_health))
+        .routes(routes!(
+            controller_routes::consent_state,
+            controller_routes::grant_consent,
+            controller_routes::revoke_consent
+        ))
 }
 
 /// The OpenAPI document of the local API, as generated from the handlers.

@@ -33,6 +33,11 @@ pub struct SupportCommand {
     pub kind: String,
     /// The command's exit status; none for a refused line.
     pub status: Option<u8>,
+    /// The guest the command touches (`guest-config VMID`), whose consent it needs; none for
+    /// a host-level command.
+    pub vmid: Option<u32>,
+    /// Why a command that parsed did not run (`no_consent`).
+    pub refused: Option<&'static str>,
     /// When the support shell ran it.
     pub ran_at: Timestamp,
 }
@@ -109,6 +114,23 @@ fn close_in(
     event.detail = detail;
     audit::append(tx, now, &event)?;
     Ok(())
+}
+
+/// The Bosun guest that holds `vmid` now (none for a container Bosun did not create, adopt
+/// or restore, or a scratch guest).
+fn guest_of_vmid(
+    tx: &rusqlite::Transaction<'_>,
+    vmid: u32,
+) -> Result<Option<String>, JournalError> {
+    let guest: Option<Option<String>> = tx
+        .query_row(
+            "SELECT guest_id FROM guest_provenance WHERE vmid = ?1 AND scratch = 0",
+            params![vmid],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(query_err("read the guest a break-glass command touched"))?;
+    Ok(guest.flatten())
 }
 
 impl Store {
@@ -226,6 +248,15 @@ impl Store {
                     "status": command.status,
                     "ran_at": command.ran_at.to_string(),
                 });
+                if let Some(refused) = command.refused {
+                    event.detail["refused"] = refused.into();
+                }
+                // A command on one of Bosun's guests is that guest's row: its customer reads
+                // it in full, other guests do not see it.
+                if let Some(vmid) = command.vmid {
+                    event.vmid = Some(vmid);
+                    event.guest_id = guest_of_vmid(tx, vmid)?;
+                }
                 audit::append(tx, now, &event)?;
             }
             tx.execute(

@@ -7,8 +7,11 @@
 //!   the chained log holds it even if the agent dies the next moment.
 //! - A guest reads the rows of its own guest id, and the host-wide rows every guest of the
 //!   host may see: a break-glass door opened or closed on its host (the operator's key and
-//!   signer stay out of its view; the reason and the deadline are shown), and each command
-//!   run through it (its kind and exit status only: `guest-config VMID` names another guest).
+//!   signer stay out of its view; the reason and the deadline are shown), and each host-level
+//!   command run through it (its kind and exit status only).
+//! - A break-glass command that touched one of the agent's guests (`guest-config VMID`, run
+//!   with its consent or refused without it) is that guest's own row, shown to it in full and to
+//!   no other guest; so are its consent's grants and revokes (decision 0080).
 //! - Pages run newest first; `before` is the `seq` of the oldest row of the previous page.
 
 use rusqlite::{Transaction, params};

@@ -15,6 +15,7 @@
 //!                               └─Notify──► ExpiryTask ──sleep_until(expiry)──► close
 //! ```
 
+pub mod consent;
 pub mod expiry_task;
 pub mod spool;
 

@@ -4,14 +4,17 @@
 //! refuses to a spool file the break-glass account owns. [`SpoolTask`] reads the lines
 //! added since its last pass and journals one `break_glass.command` audit row each, with
 //! the spool's new offset, in one transaction ([`crate::ops::journal::Store::record_support_commands`]):
-//! the rows reach the hub through the audit tail, and every guest of the host sees each
-//! command's kind and exit status through its audit log.
+//! the rows reach the hub through the audit tail. A command that touched a guest (or was
+//! refused for want of its consent, decision 0080) is that guest's row, shown to it in full
+//! through its audit log; every guest of the host sees each host-level command's kind and exit
+//! status.
 //!
 //! The spool is written by another account, so it is read as hostile input: opened without
 //! following a symbolic link, at most [`MAX_PASS_BYTES`] and [`MAX_PASS_LINES`] a pass, lines
 //! longer than [`MAX_SPOOL_LINE`] skipped, and only a line naming a door (a job id), a
 //! command in the support shell's own canonical spelling (or `refused`), an exit status that
-//! fits the command and a sane time becomes a row. Anything else is counted and skipped. A
+//! fits the command (or, for a guest's command only, `refused: no_consent`) and a sane time
+//! becomes a row. Anything else is counted and skipped. A
 //! spool shorter than the offset (replaced or truncated) is read again from its start.
 
 use std::io::{Read, Seek, SeekFrom};
@@ -82,7 +85,13 @@ struct Line {
     session: String,
     command: String,
     status: Option<u8>,
+    /// Why a command that parsed did not run: only `no_consent` (decision 0080).
+    #[serde(default)]
+    refused: Option<String>,
 }
+
+/// The only reason a parsed command is refused: its guest did not consent.
+pub const NO_CONSENT: &str = "no_consent";
 
 /// The command of a spool line, checked: `None` for anything the support shell would not
 /// have written.
@@ -93,26 +102,33 @@ fn command(line: &[u8]) -> Option<SupportCommand> {
     let line: Line = serde_json::from_slice(line).ok()?;
     let session = uuid::Uuid::parse_str(&line.session).ok()?;
     let ran_at = Timestamp::from_second(i64::try_from(line.at).ok()?).ok()?;
-    let (kind, command) = if line.command == "refused" {
-        if line.status.is_some() {
+    let (kind, command, vmid, refused) = if line.command == "refused" {
+        if line.status.is_some() || line.refused.is_some() {
             return None;
         }
-        ("refused".to_owned(), line.command)
+        ("refused".to_owned(), line.command, None, None)
     } else {
         let parsed = bosun_support::Command::parse(&line.command).ok()??;
         // Only what the shell writes: its canonical spelling of a command that runs.
         if parsed.to_string() != line.command || parsed.argv().is_none() {
             return None;
         }
-        line.status?;
+        // Run with a status, or refused for want of consent (only a guest's command is).
+        let refused = match (line.status, line.refused.as_deref()) {
+            (Some(_), None) => None,
+            (None, Some(NO_CONSENT)) if parsed.guest().is_some() => Some(NO_CONSENT),
+            _ => return None,
+        };
         let kind = line.command.split(' ').next()?.to_owned();
-        (kind, line.command)
+        (kind, line.command, parsed.guest(), refused)
     };
     Some(SupportCommand {
         session: session.to_string(),
         command,
         kind,
         status: line.status,
+        vmid,
+        refused,
         ran_at,
     })
 }

@@ -59,6 +59,40 @@ fn the_shells_lines_become_commands_with_their_kind() {
     assert_eq!((again.commands.len(), again.next), (0, chunk.next));
 }
 
+fn refused_line(command: &str, status: Option<u8>, refused: &str) -> String {
+    format!(
+        "{}\n",
+        serde_json::json!({"at": 1_790_000_000u64, "session": SESSION, "command": command, "status": status, "refused": refused})
+    )
+}
+
+#[test]
+fn a_guest_command_refused_for_want_of_consent_names_its_guest() {
+    let text = [
+        refused_line("guest-config 101", None, NO_CONSENT),
+        line("guest-config 102", Some(0)),
+        line("guests", Some(0)),
+    ]
+    .concat();
+    let (_dir, path) = spool(&text);
+    let chunk = read_from(&path, 0).unwrap();
+    type Seen<'a> = (&'a str, Option<u32>, Option<&'a str>, Option<u8>);
+    let seen: Vec<Seen<'_>> = chunk
+        .commands
+        .iter()
+        .map(|c| (c.kind.as_str(), c.vmid, c.refused, c.status))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("guest-config", Some(101), Some(NO_CONSENT), None),
+            ("guest-config", Some(102), None, Some(0)),
+            ("guests", None, None, Some(0)),
+        ]
+    );
+    assert_eq!(chunk.garbage, 0);
+}
+
 #[test]
 fn lines_the_shell_does_not_write_are_counted_and_skipped() {
     let forged = [
@@ -70,6 +104,12 @@ fn lines_the_shell_does_not_write_are_counted_and_skipped() {
         // A command that ran has a status; a refused line has none.
         line("status", None),
         line("refused", Some(0)),
+        // Refused for want of consent: only a guest's command, never with a status, and
+        // `no_consent` is the only reason.
+        refused_line("status", None, NO_CONSENT),
+        refused_line("guest-config 101", Some(0), NO_CONSENT),
+        refused_line("guest-config 101", None, "because"),
+        refused_line("refused", None, NO_CONSENT),
         // Not a door.
         line("status", Some(0)).replace(SESSION, "../../etc"),
         // Unknown fields, not JSON, a time past what a timestamp holds.
