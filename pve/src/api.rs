@@ -7,7 +7,9 @@ use super::error::PveError;
 use super::firewall::{FirewallUpdate, GuestFirewall};
 use super::hardware::{NodeDisk, SmartData, ThinPool, ZfsPool};
 use super::model::{
-    BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtInterface, CtStatus, CtSummary, NetworkInterface, NodeInfo, NodeStatus, SnapshotInfo, StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
+    BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtInterface, CtStatus, CtSummary,
+    NetworkInterface, NodeInfo, NodeStatus, SnapshotInfo, StorageInfo, TaskLog, TaskOutcome,
+    TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};

@@ -59,7 +59,10 @@ pub use firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 pub use guest_ops::{GuestOps, PveOps};
 pub use hardware::{NodeDisk, SmartAttribute, SmartData, ThinPool, ZfsPool};
 pub use model::{
-    BackupOutcome, ClusterGuest, ClusterMember, ContentItem, CpuInfo, CtConfig, CtInterface, CtStatus, CtSummary, GuestStatus, KernelInfo, NetworkInterface, NodeInfo, NodeStatus, NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
+    BackupOutcome, ClusterGuest, ClusterMember, ContentItem, CpuInfo, CtConfig, CtInterface,
+    CtStatus, CtSummary, GuestStatus, KernelInfo, NetworkInterface, NodeInfo, NodeStatus,
+    NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState,
+    TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
 pub use observer::{RequestObserver, RequestOutcome};
 pub use policy::{Backoff, RetryPolicy};

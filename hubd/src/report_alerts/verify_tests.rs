@@ -63,6 +63,8 @@ fn desired(policy: VerifyPolicy, plan_hours: Option<u32>) -> DesiredState {
             restore_test_days: None,
             verify_hours: plan_hours,
         },
+        node_storages: Vec::new(),
+        tunnel: None,
     };
     let bytes = serde_json::to_vec(&plan).unwrap();
     state.data_plan = Some(SignedDocument::new(&bytes, "sig"));
