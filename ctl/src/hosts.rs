@@ -484,24 +484,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             .iter()
             .filter(|g| g.status == bosun_proto::report::GuestStatus::Running)
             .count();
-        fields.push((
-            "current",
-            match &report.host {
-                Some(metrics) => format!(
-                    "{} guests ({running} running), cpu {:.0}%, memory {}/{} MiB, disk {}/{} GiB",
-                    report.guests.len(),
-                    metrics.cpu_usage * 100.0,
-                    metrics.memory_used_mib,
-                    metrics.memory_total_mib,
-                    metrics.disk_used_gib,
-                    metrics.disk_total_gib
-                ),
-                None => format!(
-                    "{} guests ({running} running), host metrics not read",
-                    report.guests.len()
-                ),
-            },
-        ));
+        fields.push(("current", current_line(report, running)));
         if let Some(test) = &report.last_restore_test {
             fields.push((
                 "restore test",
@@ -513,20 +496,49 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
                 ),
             ));
         }
-        if !report.verifications.is_empty() {
-            fields.push(("pbs verify", crate::status::verify::host_summary(host)));
-            let now = jiff::Timestamp::now();
-            let guests: std::collections::BTreeSet<uuid::Uuid> =
-                report.verifications.iter().map(|v| v.guest_id).collect();
-            for guest_id in guests {
-                for line in crate::status::verify::guest_lines(host, guest_id, now) {
-                    let line = line.trim().trim_start_matches("verify ").to_owned();
-                    fields.push(("verify", format!("guest {guest_id} on {line}")));
-                }
-            }
-        }
+        fields.extend(verify_fields(host, report));
     }
     table::print_fields(&fields)
+}
+
+/// The report's guests and host figures in one line.
+fn current_line(report: &bosun_proto::report::StateReport, running: usize) -> String {
+    match &report.host {
+        Some(metrics) => format!(
+            "{} guests ({running} running), cpu {:.0}%, memory {}/{} MiB, disk {}/{} GiB",
+            report.guests.len(),
+            metrics.cpu_usage * 100.0,
+            metrics.memory_used_mib,
+            metrics.memory_total_mib,
+            metrics.disk_used_gib,
+            metrics.disk_total_gib
+        ),
+        None => format!(
+            "{} guests ({running} running), host metrics not read",
+            report.guests.len()
+        ),
+    }
+}
+
+/// The PBS verification summary and one `verify` line per guest and tier.
+fn verify_fields(
+    host: &HostDetail,
+    report: &bosun_proto::report::StateReport,
+) -> Vec<(&'static str, String)> {
+    if report.verifications.is_empty() {
+        return Vec::new();
+    }
+    let mut fields = vec![("pbs verify", crate::status::verify::host_summary(host))];
+    let now = jiff::Timestamp::now();
+    let guests: std::collections::BTreeSet<uuid::Uuid> =
+        report.verifications.iter().map(|v| v.guest_id).collect();
+    for guest_id in guests {
+        for line in crate::status::verify::guest_lines(host, guest_id, now) {
+            let line = line.trim().trim_start_matches("verify ").to_owned();
+            fields.push(("verify", format!("guest {guest_id} on {line}")));
+        }
+    }
+    fields
 }
 
 #[cfg(test)]

@@ -201,6 +201,8 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         .expect("shutdown task");
     let up = c.start_ct(id).await.expect("start again");
     c.wait_task(Op::StartCt, &up).await.expect("start task");
+    // A running container's addresses, as the tunnel reads them (decision 0082).
+    c.ct_interfaces(id).await.expect("interfaces");
     let up = c.stop_ct(id).await.expect("stop");
     c.wait_task(Op::StopCt, &up).await.expect("stop task");
 

@@ -448,5 +448,12 @@ pub(super) const BREAK_GLASS: ConfigTable = ConfigTable {
             "10",
             "How often it is read where its directory cannot be watched (1 to 300).",
         ),
+        key(
+            "consent",
+            "path",
+            "/var/lib/bosun-consent/consent.json",
+            "\"/var/lib/bosun-consent/consent.json\"",
+            "Where the agent writes the break-glass consents guests' controllers granted (each bounded in time), which the support shell reads before a command that touches a guest.",
+        ),
     ],
 };

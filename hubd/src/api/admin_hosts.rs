@@ -16,7 +16,7 @@ use crate::store::host_profile::{HostFilter, MAX_FILTER_TERMS};
 /// `GET /v1/admin/hosts`.
 #[utoipa::path(get, path = "/v1/admin/hosts", tag = "admin",
     params(
-        ("label" = Option<Vec<String>>, Query, explode = true, description = "only hosts carrying this label, `key=value` (repeat for several: all must match; at most 16 terms with `capability`)"),
+        ("label" = Option<Vec<String>>, Query, explode = true, description = "only hosts carrying this label, `key=value` (repeat for several: all must match; at most 8 here and 8 `capability` terms)"),
         ("capability" = Option<Vec<String>>, Query, explode = true, description = "only hosts whose capabilities include this word: `helper`, `tunnel`, `smart`, or `arch=…`, `pve=<major>`, `storage=<kind>`, `target=<durable_id>`, `bridge=<name>`, `nic=<name>`, `bond=<name>`, `vlan=<name>` (repeat for several: all must match)")),
     responses(
         (status = 200, description = "every host the filter matches (every host without one): status, liveness, generations, health, labels", body = Vec<HostSummary>),

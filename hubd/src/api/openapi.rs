@@ -95,7 +95,7 @@ pub const ROLE_EXTENSION: &str = "x-bosun-role";
         (name = "operations", description = "Metrics and this document (admin listener); \
                                              health (both listeners)"),
     ),
-    modifiers(&SecuritySchemes, &Roles, &Examples, &ClosedVariants, &Schedules)
+    modifiers(&SecuritySchemes, &Roles, &Examples, &ClosedVariants, &Schedules, &FleetFilters)
 )]
 struct HubApi;
 
@@ -290,6 +290,61 @@ impl Modify for Schedules {
         }
     }
 }
+
+/// The host list's repeatable filter terms (`label=k=v`, `capability=word`): each item's
+/// grammar ([`bosun_proto::capabilities::parse_label`], [`bosun_proto::capabilities::check_capability`])
+/// and at most 8 of each, so a request the document allows is one the hub answers (it takes 16
+/// terms in all).
+struct FleetFilters;
+
+/// (parameter, the pattern of one term, its longest length).
+const FLEET_FILTERS: &[(&str, &str, usize)] = &[
+    (
+        "label",
+        "^[a-z0-9][a-z0-9._/-]{0,62}=[A-Za-z0-9._-]{1,63}$",
+        127,
+    ),
+    (
+        "capability",
+        "^[a-z]{1,96}(=[A-Za-z0-9_.:-]{1,95})?$",
+        bosun_proto::capabilities::MAX_CAPABILITY,
+    ),
+];
+
+impl Modify for FleetFilters {
+    fn modify(&self, openapi: &mut Document) {
+        use utoipa::openapi::schema::{ArrayItems, Schema};
+        let Some(list) = openapi
+            .paths
+            .paths
+            .get_mut("/v1/admin/hosts")
+            .and_then(|item| item.get.as_mut())
+            .and_then(|get| get.parameters.as_mut())
+        else {
+            return;
+        };
+        for parameter in list {
+            let Some((_, pattern, longest)) = FLEET_FILTERS
+                .iter()
+                .find(|(name, _, _)| *name == parameter.name)
+            else {
+                continue;
+            };
+            if let Some(RefOr::T(Schema::Array(array))) = parameter.schema.as_mut() {
+                array.max_items = Some(MAX_EACH_FILTER);
+                if let ArrayItems::RefOrSchema(items) = &mut array.items
+                    && let RefOr::T(Schema::Object(item)) = items.as_mut()
+                {
+                    item.pattern = Some((*pattern).to_owned());
+                    item.max_length = Some(*longest);
+                }
+            }
+        }
+    }
+}
+
+/// Terms of one kind the document allows (two kinds: the hub's 16 in all).
+const MAX_EACH_FILTER: usize = 8;
 
 /// Where each `docs/proto/` example goes: method, path, `None` for the request body or the
 /// response status, and the example's text.
