@@ -23,7 +23,7 @@ use packaging_build::build_packages;
 
 const PACKAGES: [&str; 3] = ["bosun-agent", "bosun-hub", "bosun-ctl"];
 /// The accounts the packages create (purge keeps them; the test removes them afterwards).
-const USERS: [&str; 3] = ["bosun", "bosun-hub", "bosun-breakglass"];
+const USERS: [&str; 4] = ["bosun", "bosun-hub", "bosun-breakglass", "bosun-tunnel"];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -478,6 +478,7 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
         "/etc/bosun/break-glass",
         "/var/lib/bosun-breakglass",
         "/var/lib/bosun-consent",
+        "/var/lib/bosun-tunnel",
         "/etc/bosun-hub",
     ] {
         ensure!(!Path::new(gone).exists(), "purge removes {gone}");
@@ -579,6 +580,9 @@ fn installed_state() -> Result<()> {
         0o2750,
         true,
     )?;
+    // The agent writes the tunnel's ingress; cloudflared's replicas read it by group.
+    let tunnel_gid = ids_with_shell("bosun-tunnel", "/usr/sbin/nologin")?.1;
+    assert_mode("/var/lib/bosun-tunnel", bosun_uid, tunnel_gid, 0o2750, true)?;
     // The packaged agent is slot a, the one `current` names (the unit runs it from there).
     assert_mode("/var/lib/bosun-helper/slots", 0, 0, 0o755, true)?;
     assert_mode(

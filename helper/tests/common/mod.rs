@@ -387,11 +387,18 @@ esac"#,
     }
 
     /// The sudoers fragment of this install: `sudoers/bosun` with this install's helper
-    /// path and `user` as the agent.
+    /// path and `user` as the agent. Its aliases carry this install's own suffix: sudo's
+    /// aliases are global across every fragment, so two tests at once (or an installed
+    /// package's `/etc/sudoers.d/bosun`) would otherwise define them twice and break sudo.
     pub fn sudoers_for(&self, user: &str) -> String {
         let text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sudoers/bosun"))
                 .unwrap();
+        let suffix = format!(
+            "_T{}_{}",
+            std::process::id(),
+            new_uuid().replace('-', "")[..8].to_uppercase()
+        );
         let replaced = text
             .replace(
                 bosun_proto::helper::HELPER_PATH,
@@ -400,7 +407,9 @@ esac"#,
             .replace(
                 "User_Alias BOSUN_AGENT = bosun\n",
                 &format!("User_Alias BOSUN_AGENT = {user}\n"),
-            );
+            )
+            .replace("BOSUN_AGENT", &format!("BOSUN_AGENT{suffix}"))
+            .replace("BOSUN_HELPER", &format!("BOSUN_HELPER{suffix}"));
         assert_ne!(text, replaced);
         replaced
     }
