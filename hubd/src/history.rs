@@ -10,7 +10,7 @@
 //! it: the hub remembers the newest finish time it counted per guest and target, and counts
 //! none that finished before it started (a full report after a restart repeats old ones).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::health::HostHealth;
@@ -27,6 +27,11 @@ pub const BUCKET_MS: i64 = BUCKET_SECONDS as i64 * 1000;
 
 /// Most finished buckets held while the store cannot take them (the oldest go first).
 const MAX_WAITING: usize = 200_000;
+
+/// Most (guest, target) pairs remembered per host as counted: a host names at most
+/// [`bosun_proto::desired::MAX_GUESTS`] guests, each with a few targets; a host that names
+/// new pairs in every poll makes the oldest be forgotten, never the hub's memory grow.
+const MAX_COUNTED: usize = 8 * bosun_proto::desired::MAX_GUESTS;
 
 /// The start of the bucket `now_ms` falls in.
 pub fn bucket_of(now_ms: i64) -> i64 {
@@ -140,8 +145,8 @@ struct HostHistory {
 #[derive(Debug, Default)]
 struct State {
     hosts: HashMap<Uuid, HostHistory>,
-    /// Finished buckets not yet written.
-    waiting: Vec<HistoryBucket>,
+    /// Finished buckets not yet written, oldest first.
+    waiting: VecDeque<HistoryBucket>,
     /// The bucket [`History::take`] last moved every finished one out of.
     taken_before: i64,
 }
@@ -212,7 +217,7 @@ impl History {
             if host.counted.get(&key).is_some_and(|&seen| seen >= finished) {
                 continue;
             }
-            host.counted.insert(key, finished);
+            remember(&mut host.counted, key, finished);
             open.backups = open.backups.saturating_add(1);
             open.backup_bytes = open.backup_bytes.saturating_add(bytes.unwrap_or(0));
             open.backup_seconds = open.backup_seconds.saturating_add(seconds.unwrap_or(0));
@@ -228,7 +233,7 @@ impl History {
         if !all && state.taken_before >= current && state.waiting.is_empty() {
             return Vec::new();
         }
-        let mut out = std::mem::take(&mut state.waiting);
+        let mut out = Vec::from(std::mem::take(&mut state.waiting));
         if all || state.taken_before < current {
             for host in state.hosts.values_mut() {
                 if host.open.polls > 0 && (all || host.open.bucket_ms < current) {
@@ -275,11 +280,26 @@ impl History {
     }
 }
 
-fn push_bounded(waiting: &mut Vec<HistoryBucket>, bucket: HistoryBucket) {
+fn push_bounded(waiting: &mut VecDeque<HistoryBucket>, bucket: HistoryBucket) {
     if waiting.len() >= MAX_WAITING {
-        waiting.remove(0);
+        waiting.pop_front();
     }
-    waiting.push(bucket);
+    waiting.push_back(bucket);
+}
+
+/// Records `key` as counted up to `finished`, forgetting the pair counted longest ago when
+/// the host already has [`MAX_COUNTED`].
+fn remember(counted: &mut HashMap<(Uuid, String), i64>, key: (Uuid, String), finished: i64) {
+    if counted.len() >= MAX_COUNTED && !counted.contains_key(&key) {
+        let oldest = counted
+            .iter()
+            .min_by_key(|&(_, &seen)| seen)
+            .map(|(k, _)| k.clone());
+        if let Some(oldest) = oldest {
+            counted.remove(&oldest);
+        }
+    }
+    counted.insert(key, finished);
 }
 
 /// Merges `extra` into `stored` (newest first, as the store reads them) bucket by bucket,

@@ -104,6 +104,29 @@ fn a_backup_counts_once_and_none_finished_before_the_hub_started() {
 }
 
 #[test]
+fn a_host_naming_new_backups_every_poll_holds_a_bounded_memory() {
+    let history = History::new(T0);
+    let host = Uuid::new_v4();
+    let many = super::MAX_COUNTED + 500;
+    for i in 0..many {
+        let at = T0 + 1_000 + i64::try_from(i).unwrap();
+        let list = serde_json::json!([backup(Uuid::new_v4(), at, 1)]);
+        history.observe(host, full(0.1, list), at, 1);
+    }
+    let state = history.state.lock();
+    let counted = &state.hosts[&host].counted;
+    assert_eq!(counted.len(), super::MAX_COUNTED);
+    // The pairs forgotten are the ones counted longest ago.
+    let oldest_kept = counted.values().min().copied().unwrap();
+    assert_eq!(oldest_kept, T0 + 1_000 + 500);
+    // Every backup still counted once.
+    assert_eq!(
+        state.hosts[&host].open.backups,
+        u32::try_from(many).unwrap()
+    );
+}
+
+#[test]
 fn stopping_takes_open_buckets_and_later_parts_add_up() {
     let history = History::new(T0);
     let host = Uuid::new_v4();

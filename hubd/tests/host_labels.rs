@@ -227,12 +227,26 @@ async fn operators_label_hosts_and_the_fleet_filters_by_label_and_capability() {
     );
     let _ = c;
 
+    // Eight terms of each kind is the most a filter names.
+    let terms = |name: &str, n: usize| -> String {
+        let term = |i| match name {
+            "label" => format!("k{i}=v"),
+            _ => format!("bridge=br{i}"),
+        };
+        (0..n).map(|i| format!("&{name}={}", term(i))).collect()
+    };
+    let most = format!("?{}{}", terms("label", 8), terms("capability", 8));
+    assert_eq!(hosts(&hub, &most).await.0, StatusCode::OK);
+    let nine_labels = format!("?{}", terms("label", 9));
+    let nine_words = format!("?{}", terms("capability", 9));
     // Bad filters and bad labels are clear errors; nothing changes.
     for query in [
         "?label=site",
         "?label=Site%3Dx",
         "?capability=%1b%5b2J",
         "?colour=red",
+        &nine_labels,
+        &nine_words,
     ] {
         let resp = hub
             .admin(Method::GET, &format!("/v1/admin/hosts{query}"), None)

@@ -20,7 +20,7 @@ use crate::store::host_profile::{HostFilter, MAX_FILTER_TERMS};
         ("capability" = Option<Vec<String>>, Query, explode = true, description = "only hosts whose capabilities include this word: `helper`, `tunnel`, `smart`, or `arch=…`, `pve=<major>`, `storage=<kind>`, `target=<durable_id>`, `bridge=<name>`, `nic=<name>`, `bond=<name>`, `vlan=<name>` (repeat for several: all must match)")),
     responses(
         (status = 200, description = "every host the filter matches (every host without one): status, liveness, generations, health, labels", body = Vec<HostSummary>),
-        (status = 400, description = "`bad_query`: an unknown parameter, a label that is not `key=value` within its bounds, a capability word of the wrong shape, or more than 16 terms", body = ErrorBody),
+        (status = 400, description = "`bad_query`: an unknown parameter, a label that is not `key=value` within its bounds, a capability word of the wrong shape, or more than 8 of either", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_hosts(
@@ -38,6 +38,7 @@ pub async fn list_hosts(
             };
             let (mut details, open) = crate::health::fleet(store, now_ms)?;
             if let Some(wanted) = wanted {
+                let wanted: std::collections::HashSet<uuid::Uuid> = wanted.into_iter().collect();
                 details.retain(|d| wanted.contains(&d.summary.host_id));
             }
             Ok((details, open))
@@ -77,11 +78,15 @@ pub(crate) fn host_filter(query: Option<&str>) -> Result<HostFilter, ApiError> {
             }
         }
     }
-    let terms = filter.labels.len() + filter.capabilities.len();
-    if terms > MAX_FILTER_TERMS {
-        return Err(bad(format!(
-            "{terms} filter terms; at most {MAX_FILTER_TERMS}"
-        )));
+    for (kind, count) in [
+        ("label", filter.labels.len()),
+        ("capability", filter.capabilities.len()),
+    ] {
+        if count > MAX_FILTER_TERMS {
+            return Err(bad(format!(
+                "{count} `{kind}` terms; at most {MAX_FILTER_TERMS}"
+            )));
+        }
     }
     Ok(filter)
 }

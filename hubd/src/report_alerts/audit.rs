@@ -83,11 +83,11 @@ const DESTRUCTIVE_KINDS: [(&str, &str); 5] = [
     ("decommission_job", "decommissioned by a signed job"),
     (
         "storage_detach_job",
-        "had a storage target detached by a signed job",
+        "cut off from a storage target a signed job detached",
     ),
     (
         "storage_wipe_job",
-        "had its archives on a storage target wiped by a signed job",
+        "stripped of its archives on a storage target a signed job wiped",
     ),
 ];
 

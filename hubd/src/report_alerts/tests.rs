@@ -964,3 +964,14 @@ fn the_next_change_is_the_instant_a_backup_or_restore_test_turns_overdue() {
     // Nothing the hub could foresee: no tiers, no policy.
     assert_eq!(next_change(&report(), &HubRecords::default(), day(2)), None);
 }
+
+#[test]
+fn text_an_alert_repeats_is_bounded_and_carries_no_control_character() {
+    use super::watch::bounded;
+    assert_eq!(
+        bounded("pool\u{1b}[2J\r\nx", 64),
+        "pool\u{fffd}[2J\u{fffd}\u{fffd}x"
+    );
+    assert_eq!(bounded("abcdef", 3), "abc");
+    assert_eq!(bounded("wörds", 64), "wörds");
+}

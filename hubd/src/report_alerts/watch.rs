@@ -332,9 +332,13 @@ pub(super) fn guest_name(report: &StateReport, guest_id: Uuid) -> String {
         )
 }
 
-/// At most `max` characters of `text` (a string from the agent, repeated in an alert).
+/// At most `max` characters of `text` (a string from the agent, repeated in an alert), each
+/// control character replaced, so no escape sequence reaches a notification or a log.
 pub(super) fn bounded(text: &str, max: usize) -> String {
-    text.chars().take(max).collect()
+    text.chars()
+        .take(max)
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
 }
 
 /// The wire name of a serializable enum value.

@@ -148,6 +148,9 @@ const READ: &str = "SELECT bucket_ms, polls, samples, cpu_sum, cpu_max, memory_s
     FROM host_history WHERE host_id = ?1 AND bucket_ms >= ?2 AND bucket_ms < ?3 \
     ORDER BY bucket_ms DESC LIMIT ?4";
 
+/// The most one written part adds to a row's byte, second and microsecond sums.
+const PART_CAP: u64 = 1 << 53;
+
 /// Writes `buckets`, each added to its row; returns how many rows they reached (a removed
 /// host's are skipped).
 pub(super) fn record(tx: Tx<'_, '_>, buckets: &[HistoryBucket]) -> StoreResult<usize> {
@@ -157,7 +160,9 @@ pub(super) fn record(tx: Tx<'_, '_>, buckets: &[HistoryBucket]) -> StoreResult<u
     };
     let mut written = 0;
     for b in buckets {
-        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        // A part is capped at 2^53 so that the parts of one bucket (replicas, restarts) add
+        // up in SQL without overflowing either store's 64-bit integer, whatever a host reports.
+        let big = |n: u64| i64::try_from(n.min(PART_CAP)).unwrap_or(i64::MAX);
         written += tx.execute(
             "record host history",
             sql,

@@ -98,6 +98,23 @@ fn buckets_add_up(store: &dyn Store) {
         0
     );
 
+    // A host that reports absurd sizes cannot overflow a row's sums: each part is capped,
+    // so parts from restarts and replicas still add up and the row still reads.
+    let (third, _) = enroll(store, None);
+    let huge = HistoryBucket {
+        backup_bytes: u64::MAX,
+        backup_seconds: u64::MAX,
+        poll_us_sum: u64::MAX,
+        ..bucket(third, T0, 0.1, 1)
+    };
+    for _ in 0..4 {
+        assert_eq!(store.record_history(&[huge]).unwrap(), 1);
+    }
+    let read = store.host_history(third, 0, i64::MAX).unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].backup_bytes, 4 << 53);
+    assert_eq!(read[0].polls, 4);
+
     // A read returns at most MAX_POINTS, the newest.
     let many: Vec<HistoryBucket> = (0..MAX_POINTS + 20)
         .map(|i| bucket(other, T0 - i * BUCKET, 0.1, 1))

@@ -17,8 +17,8 @@ use super::codec::{ts, uuid};
 use super::tx::Tx;
 use super::{StoreError, StoreResult};
 
-/// Most labels and capability words one fleet filter names.
-pub const MAX_FILTER_TERMS: usize = 16;
+/// Most labels, and most capability words, one fleet filter names (each).
+pub const MAX_FILTER_TERMS: usize = 8;
 
 /// A fleet filter: hosts carrying every label and every capability word named.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
