@@ -8,7 +8,8 @@
 //!   its audit log;
 //! - a hub cannot re-point a hostname: renaming a guest in desired state, altering the signed
 //!   plan's bytes and replaying an older plan all leave the routes as the operator signed
-//!   them; a plan the operator signs that moves a hostname is audited to both guests;
+//!   them; a plan the operator signs that moves a hostname is audited to both guests; a
+//!   guest whose container is destroyed loses its hostnames instead of keeping its old address;
 //! - a replica that stays unready is restarted after `restart_after` failed probes (the time
 //!   from the failure to the restart is printed), and the report carries the tunnel's
 //!   connections, version and restarts.
@@ -198,6 +199,11 @@ async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
         "a replayed plan moves nothing"
     );
     assert_eq!(stand_in.routes(1), want_moved);
+
+    // B's container is destroyed behind the agent's back (no backup brings it back): its
+    // hostnames leave the ingress rather than keep an address someone else may hold next.
+    destroy_behind_its_back(&sim, vmid_b).await;
+    both_replicas_route(&stand_in, &BTreeMap::new()).await;
 
     agent.stop().await;
     stand_in.stop().await;

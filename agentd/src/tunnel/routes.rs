@@ -66,8 +66,10 @@ pub async fn guest_address<P: Pve>(pve: &P, vmid: Vmid, config: &CtConfig) -> Op
 }
 
 /// Places every route of the plan: `provenance` is the agent's record of its guests, `last`
-/// the rules in force (a guest whose address cannot be read now, e.g. while it is stopped,
-/// keeps the address it had).
+/// the rules in force. A guest that is still the one recorded at its vmid but whose address
+/// cannot be read now (it is stopped, or Proxmox did not answer) keeps the address it had; a
+/// guest whose container is gone or is another's loses its route, so its hostname never
+/// reaches whoever holds the old address next.
 pub async fn place<P: Pve>(
     pve: &P,
     routes: &[TunnelRoute],
@@ -90,11 +92,14 @@ pub async fn place<P: Pve>(
         let address = match addresses.get(guest_id.as_str()) {
             Some(known) => *known,
             None => {
-                let found = address_of(pve, guest).await.or_else(|| {
-                    last.iter()
+                let found = match address_of(pve, guest).await {
+                    Seen::At(address) => Some(address),
+                    Seen::Unread => last
+                        .iter()
                         .find(|l| l.guest_id == guest_id && l.vmid == guest.vmid())
-                        .map(|l| l.rule.address)
-                });
+                        .map(|l| l.rule.address),
+                    Seen::Gone => None,
+                };
                 addresses.insert(guest.guest_id().unwrap_or_default(), found);
                 found
             }
@@ -115,15 +120,35 @@ pub async fn place<P: Pve>(
     out
 }
 
+/// What the agent sees of a recorded guest's address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// The container is the recorded guest, at this address.
+    At(Ipv4Addr),
+    /// The container may well be the recorded guest, but no address could be read now (it
+    /// is stopped, or Proxmox did not answer).
+    Unread,
+    /// No container at the vmid, or one that is not the recorded guest.
+    Gone,
+}
+
 /// The address of the guest at `guest`'s vmid, when that container is still the one the agent
 /// recorded (its identity tag).
-async fn address_of<P: Pve>(pve: &P, guest: &GuestProvenance) -> Option<Ipv4Addr> {
-    let vmid = Vmid::new(guest.vmid()).ok()?;
-    let config = pve.ct_config(vmid).await.ok()?;
+async fn address_of<P: Pve>(pve: &P, guest: &GuestProvenance) -> Seen {
+    let Ok(vmid) = Vmid::new(guest.vmid()) else {
+        return Seen::Gone;
+    };
+    let config = match pve.ct_config(vmid).await {
+        Ok(config) => config,
+        Err(e) if e.is_missing() => return Seen::Gone,
+        Err(_) => return Seen::Unread,
+    };
     if !carries_identity(&config, guest.identity()) {
-        return None;
+        return Seen::Gone;
     }
-    guest_address(pve, vmid, &config).await
+    guest_address(pve, vmid, &config)
+        .await
+        .map_or(Seen::Unread, Seen::At)
 }
 
 /// The audit rows a change from `before` to `after` writes: each guest that gains, loses or
