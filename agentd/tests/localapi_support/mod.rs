@@ -462,6 +462,10 @@ pub async fn golden_check(
         )
         .await
         .unwrap();
+    h.journal
+        .mark_golden_verified(endpoint.golden_volid.clone(), serde_json::json!({}))
+        .await
+        .unwrap();
     Arc::new(bosun_agentd::guests::reconcile::golden::GoldenCheck::new(
         h.journal.clone(),
         Some(bosun_agentd::links::helper::HelperClient::socket(

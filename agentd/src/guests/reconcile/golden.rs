@@ -53,6 +53,12 @@ pub enum GoldenRefusal {
         /// The desired volid.
         volid: String,
     },
+    /// A build of this host whose boot test has not passed (not yet, or it failed).
+    #[error("golden archive {volid} was built here but has not passed its boot test")]
+    Unverified {
+        /// The desired volid.
+        volid: String,
+    },
     /// The hub's hash is not the one journaled for this archive.
     #[error("golden archive {volid}: desired sha256 {desired} is not the journaled {journaled}")]
     HashNotJournaled {
@@ -173,6 +179,7 @@ impl GoldenRefusal {
         match self {
             Self::NotAnArchive { .. } => "not_an_archive",
             Self::UnknownProvenance { .. } => "unknown_provenance",
+            Self::Unverified { .. } => "unverified",
             Self::HashNotJournaled { .. } => "hash_not_journaled",
             Self::Changed { .. } => "changed",
             Self::NoHelper { .. } => "no_helper",
@@ -251,6 +258,11 @@ pub async fn verify<H: ArchiveHasher>(
         .ok_or_else(|| GoldenRefusal::UnknownProvenance {
             volid: volid.clone(),
         })?;
+    if record.source == GoldenSource::Built && record.verified_at.is_none() {
+        // A build whose boot test has not passed is the refresh's candidate, never a base:
+        // named by volid and hash (both in its audit row) it is refused all the same.
+        return Err(GoldenRefusal::Unverified { volid });
+    }
     if !golden.sha256.eq_ignore_ascii_case(&record.sha256) {
         return Err(GoldenRefusal::HashNotJournaled {
             volid,

@@ -57,6 +57,9 @@ pub struct GoldenRecord {
     pub source: GoldenSource,
     /// When it was recorded.
     pub built_at: Timestamp,
+    /// For a built archive, when its boot test passed (`None`: not yet, or it failed);
+    /// provisioning takes a built archive only once verified (decision 0083).
+    pub verified_at: Option<Timestamp>,
 }
 
 fn valid_sha256(s: &str) -> bool {
@@ -108,12 +111,12 @@ impl Store {
     /// The record of `volid`, if it is a golden archive of known provenance.
     pub fn golden(&self, volid: &str) -> Result<Option<GoldenRecord>, JournalError> {
         const WHAT: &str = "read golden archive";
-        type Row = (String, String, i64, Option<GoldenSignature>);
+        type Row = (String, String, i64, Option<GoldenSignature>, Option<i64>);
         let row: Option<Row> = self
             .conn
             .query_row(
                 "SELECT sha256, source, built_ms, signed_document, signature,
-                        signer_fingerprint, signer_principals
+                        signer_fingerprint, signer_principals, verified_ms
                  FROM golden_archives WHERE volid = ?1",
                 params![volid],
                 |row| {
@@ -128,12 +131,18 @@ impl Store {
                         }
                         _ => None,
                     };
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, signature))
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        signature,
+                        row.get(7)?,
+                    ))
                 },
             )
             .optional()
             .map_err(query_err(WHAT))?;
-        let Some((sha256, source, built_ms, signature)) = row else {
+        let Some((sha256, source, built_ms, signature, verified_ms)) = row else {
             return Ok(None);
         };
         let source = match (source.as_str(), signature) {
@@ -152,6 +161,9 @@ impl Store {
             sha256,
             source,
             built_at: from_ms(built_ms, "golden_archives", "built_ms")?,
+            verified_at: verified_ms
+                .map(|ms| from_ms(ms, "golden_archives", "verified_ms"))
+                .transpose()?,
         }))
     }
 }

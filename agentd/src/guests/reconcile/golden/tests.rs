@@ -73,6 +73,11 @@ pub(super) async fn journal(dir: &tempfile::TempDir) -> JournalHandle {
     j.record_golden(GOLDEN.into(), HASH.into(), GoldenSource::Built)
         .await
         .unwrap();
+    assert!(
+        j.mark_golden_verified(GOLDEN.into(), serde_json::json!({}))
+            .await
+            .unwrap()
+    );
     j
 }
 
@@ -210,7 +215,20 @@ async fn a_build_is_journaled_with_the_helpers_hash_and_then_passes_the_check() 
     let record = record_build(&j, "local", built).await.unwrap();
     assert_eq!(record.volid, GOLDEN);
     assert_eq!(record.sha256, HASH);
+    assert_eq!(record.verified_at, None);
+    // Until its boot test passes, the build is refused even when named by volid and hash
+    // (both are in its audit row, which the hub reads).
     let hasher = table(&[(GOLDEN, HASH)]);
+    let err = verify(&j, Some(&hasher), nobody, here(), &golden(GOLDEN, HASH))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GoldenRefusal::Unverified { .. }), "{err}");
+    assert_eq!(err.reason(), "unverified");
+    assert!(
+        j.mark_golden_verified(GOLDEN.into(), serde_json::json!({"boot": "ok"}))
+            .await
+            .unwrap()
+    );
     verify(&j, Some(&hasher), nobody, here(), &golden(GOLDEN, HASH))
         .await
         .unwrap();
