@@ -28,6 +28,7 @@ mod host_health;
 mod host_loss;
 mod hostile;
 mod key_rotation;
+mod labels;
 mod narrate;
 mod new_box;
 mod old_box;

@@ -484,6 +484,7 @@ pub async fn run(
     )
     .await?;
     outcome.consent = Some(n.step("break-glass the customer consents to: through a new door, guest alpha's config is refused until alpha's controller consents on its local API (never for another guest, a day at most); it runs, then a revoke refuses the next one; alpha reads each command in its audit log", async |n| super::consent::customer_consent(n, children, &client, (bins, out), (&sim, &agent), (host_id, alpha)).await).await?);
+    n.step("labels and capabilities: the operator labels the host (host_labeled) and finds it by label and by what it reported of itself (hosts list --label --capability); a filter it does not match lists nothing; hosts show prints its machine, helper, storage kinds and NICs", async |n| super::labels::labels_and_capabilities(n, (bins, out), host_id).await).await?;
     Ok(unit)
 }
 
