@@ -41,6 +41,7 @@ mod self_update;
 mod sim;
 mod stack;
 pub mod unit;
+mod verify;
 mod zero_knowledge;
 
 use std::path::PathBuf;
@@ -60,6 +61,7 @@ pub use narrate::{Narrator, StepRecord};
 pub use restore_check::RestoreCheckOutcome;
 pub use scenario::Outcome;
 pub use self_update::SelfUpdateOutcome;
+pub use verify::VerifyStepOutcome;
 pub use zero_knowledge::ScanResult;
 
 use children::{Children, sibling_binary};

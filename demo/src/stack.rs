@@ -323,6 +323,8 @@ max_parallel = 4
 
 [backup]
 restore_test_stay_up_ms = 3000
+# An hour of the verify interval lasts a second (the verify step's plan asks hourly).
+verify_hour_ms = 1000
 
 [metrics]
 listen = "127.0.0.1:0"

@@ -435,8 +435,28 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         assert!(labels.contains(want), "{want}:\n{labels}");
     }
 
+    // PBS verification: an ok verify of alpha's group on the tier the plan names, then
+    // damaged chunks failing it and verify_failed naming the guest and the tier.
+    let verified = outcome.verified.clone().expect("the verify step ran");
+    let (alpha_id, alpha_vmid) = outcome.kept.unwrap();
+    assert!(
+        verified.tier.starts_with("backup@pbs!bosun@127.0.0.1:"),
+        "{verified:?}"
+    );
+    assert!(verified.damaged >= 1, "{verified:?}");
+    assert!(
+        verified.alert.contains(&alpha_id.to_string()) && verified.alert.contains(&verified.tier),
+        "{verified:?}"
+    );
+    let step27 = step_text(&transcript, 27);
+    assert!(
+        step27.contains(&format!("backup-type=ct backup-id={alpha_vmid} → ok in "))
+            && step27.contains("hub: verify_failed"),
+        "{step27}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 26;
+    let steps = 27;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(
