@@ -455,8 +455,29 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{step27}"
     );
 
+    // The managed controller: guest delta, from the host's own golden build, reports the
+    // recipe's signed digest; its crashed controller is restarted in place, never destroyed.
+    let managed = outcome.controller.clone().expect("the controller step ran");
+    assert!(managed.signed.starts_with("sha256:"), "{managed:?}");
+    assert_eq!(
+        managed.reported,
+        (Some(managed.signed.clone()), Some(managed.signed.clone())),
+        "{managed:?}"
+    );
+    assert!(
+        managed.crash_to_restart_ms >= 1500
+            && managed.crash_to_healed_ms >= managed.crash_to_restart_ms,
+        "restarted once silent for heal_after (2.5 s since its last report, sent each second), healed after the restart: {managed:?}"
+    );
+    assert_eq!(managed.destroyed_after_crash, 0, "{managed:?}");
+    let step28 = step_text(&transcript, 28);
+    assert!(
+        step28.contains("controller.restarted") && step28.contains("healed in place"),
+        "{step28}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 27;
+    let steps = 28;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(
