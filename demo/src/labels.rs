@@ -49,7 +49,7 @@ async fn list_and_check(
 ) -> Result<(), DemoError> {
     let found = listed(bins, out, filters).await?;
     let host = host_id.to_string();
-    let matched = found.iter().any(|h| *h == host);
+    let matched = found.contains(&host);
     check(
         matched == expected && (expected || found.is_empty()),
         || format!("`hosts list {filters:?}` listed {found:?}; expected the host: {expected}"),
