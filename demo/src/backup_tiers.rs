@@ -497,7 +497,7 @@ pub(super) async fn offsite_pbs(
 
 /// An hourly calendar event (`*:MM:SS`) whose next time is `lead` seconds from now, and that
 /// time (`HH:MM:SS`), in the time zone the agent evaluates schedules in (this machine's).
-fn hourly_soon(lead: i64) -> Result<(String, String), DemoError> {
+pub(super) fn hourly_soon(lead: i64) -> Result<(String, String), DemoError> {
     let at = jiff::Zoned::now()
         .checked_add(jiff::SignedDuration::from_secs(lead))
         .map_err(|e| DemoError::Check(format!("the time {lead} s from now: {e}")))?;

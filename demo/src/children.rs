@@ -189,6 +189,21 @@ impl Children {
         Ok(status)
     }
 
+    /// Kills the child `name` at once (SIGKILL: a crash, nothing it can clean up) and reaps it.
+    pub async fn kill(&mut self, name: &str) -> Result<(), DemoError> {
+        let index = self
+            .running
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| DemoError::Check(format!("{name} is not running")))?;
+        let mut running = self.running.remove(index);
+        running
+            .child
+            .kill()
+            .await
+            .map_err(|e| DemoError::Check(format!("killing {name}: {e}")))
+    }
+
     /// Fails if a child has already exited (it would otherwise only show as a time-out).
     pub fn check_alive(&mut self) -> Result<(), DemoError> {
         for running in &mut self.running {

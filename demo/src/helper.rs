@@ -48,6 +48,63 @@ fn copy_program(from: &Path, to: &Path) -> Result<(), DemoError> {
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).map_err(artifact(to))
 }
 
+/// The bytes of the demo's controller image archive (the `docker save` file a host's
+/// helper bakes into its golden image; the simulated guest's `docker load` takes any bytes).
+pub const CONTROLLER_IMAGE_BYTES: &[u8] =
+    b"bosun demo controller image, as docker save would write it\n";
+
+/// The golden image's inputs as the package installs them: the units of `golden/` (read from
+/// this source tree, which `make demo` runs in) and the controller image archive, root-only.
+/// Gives the units' directory and the archive.
+fn golden_inputs(prefix: &Path) -> Result<(PathBuf, PathBuf), DemoError> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden");
+    let golden_dir = prefix.join("usr/share/bosun/golden");
+    dir_0755(&golden_dir)?;
+    for unit in bosun_proto::helper::recipe::GOLDEN_UNITS {
+        let from = source.join(unit);
+        let to = golden_dir.join(unit);
+        std::fs::copy(&from, &to).map_err(artifact(&from))?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o644))
+            .map_err(artifact(&to))?;
+    }
+    let images = prefix.join("var/lib/bosun-helper/golden");
+    std::fs::create_dir_all(&images).map_err(artifact(&images))?;
+    std::fs::set_permissions(&images, std::fs::Permissions::from_mode(0o700))
+        .map_err(artifact(&images))?;
+    let archive = images.join("controller-image.tar");
+    std::fs::write(&archive, CONTROLLER_IMAGE_BYTES).map_err(artifact(&archive))?;
+    Ok((golden_dir, archive))
+}
+
+/// The node's golden storage: the agent's `[golden] storage`.
+pub const GOLDEN_STORAGE: &str = "golden";
+
+/// Adds the directory storage [`GOLDEN_STORAGE`] to the simulated node (`POST /storage`),
+/// its path beneath the simulator's archive directory; gives the path.
+async fn golden_storage(sim: &SimEndpoint) -> Result<PathBuf, DemoError> {
+    use bosun_pve::{ContentType, Pve as _, StorageCreate, StorageId, StorageKind};
+    let path = sim.archives.join(GOLDEN_STORAGE);
+    dir_0755(&path)?;
+    let storage = StorageId::new(GOLDEN_STORAGE.to_owned())
+        .map_err(|e| DemoError::Check(format!("storage id {GOLDEN_STORAGE}: {e}")))?;
+    let request = StorageCreate {
+        storage,
+        kind: StorageKind::Dir {
+            path: path.display().to_string(),
+            content: vec![ContentType::Backup],
+            is_mountpoint: false,
+        },
+    };
+    super::sim::pve_client(sim)?
+        .create_storage(&request)
+        .await
+        .map_err(|source| DemoError::Pve {
+            what: "adding the golden storage",
+            source,
+        })?;
+    Ok(path)
+}
+
 /// The helper install's prefix for `site`, in the system's temporary directory.
 pub fn prefix_of(site: Site) -> PathBuf {
     std::env::temp_dir().join(site.name(&format!("bosun-demo-helper-{}", std::process::id())))
@@ -75,7 +132,6 @@ pub async fn start(
         libexec.clone(),
         prefix.join("etc/bosun"),
         prefix.join("mnt"),
-        prefix.join("dump"),
         // The helper makes its staging directory (0700) itself, under an existing /run.
         prefix.join("run"),
         bin.clone(),
@@ -94,11 +150,16 @@ pub async fn start(
         .map_err(artifact(&beside))?;
     // The simulator's golden archive in the helper's dump directory, as vzdump leaves it on
     // a real host: the helper hashes it before a guest is provisioned from it.
+    // The dump directory of the node's golden storage, a directory storage whose files the
+    // simulator writes where its path says: vzdump writes the golden images the helper
+    // builds there, and the helper hashes them by the path vzdump's log names.
+    let dump_root = golden_storage(sim).await?.join("dump");
+    dir_0755(&dump_root)?;
     let golden_file = sim.golden_file();
     let name = golden_file
         .file_name()
         .ok_or_else(|| DemoError::Check(format!("no file name in {}", golden_file.display())))?;
-    let dumped = prefix.join("dump").join(name);
+    let dumped = dump_root.join(name);
     std::fs::copy(&golden_file, &dumped).map_err(artifact(&dumped))?;
     std::fs::set_permissions(&dumped, std::fs::Permissions::from_mode(0o644))
         .map_err(artifact(&dumped))?;
@@ -133,9 +194,18 @@ pub async fn start(
         file.write_all(SIM_GUEST_STAMP_KEY)
             .map_err(artifact(&stamp_key))?;
     }
+    let (golden_dir, image_archive) = golden_inputs(&prefix)?;
+    let vzdump = bin.join("vzdump");
+    copy_program(&program(bins, "bosun-pvesim-vzdump")?, &vzdump)?;
+    let beside = bin.join("vzdump.endpoint.json");
+    std::fs::copy(&sim_endpoint, &beside).map_err(artifact(&beside))?;
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600))
+        .map_err(artifact(&beside))?;
     let config = serde_json::json!({
         "agent_user": agent_user,
-        "dump_root": prefix.join("dump"),
+        "dump_root": dump_root,
+        "golden_dir": golden_dir,
+        "controller_image_archive": image_archive,
         "backup_roots": [&sim.archives],
         "mount_root": prefix.join("mnt"),
         "staging_root": prefix.join("run/bosun-helper"),
@@ -143,7 +213,7 @@ pub async fn start(
         "break_glass_root": prefix.join("etc/bosun/break-glass"),
         "slots_root": slots,
         "update_inbox": inbox,
-        "programs": { "pct": pct },
+        "programs": { "pct": pct, "vzdump": vzdump },
         "guest_key": stamp_key,
         "adopt_file": prefix.join("etc/bosun/adopt-guests"),
     });

@@ -70,6 +70,12 @@ pub struct Outcome {
     pub adopted: Option<super::adopt::AdoptOutcome>,
     /// Break-glass the customer consents to: alpha's `guest-config` refused, run, refused.
     pub consent: Option<super::consent::ConsentOutcome>,
+    /// PBS verification between restore tests: an ok verify per guest and tier, then damaged
+    /// chunks failing it (`verify_failed`).
+    pub verified: Option<super::verify::VerifyStepOutcome>,
+    /// The controller in every guest is managed: guest delta provisioned from the host's own
+    /// golden build under a signed recipe, its controller crashed and healed in place.
+    pub controller: Option<super::controller::ControllerOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
@@ -484,6 +490,9 @@ pub async fn run(
     )
     .await?;
     outcome.consent = Some(n.step("break-glass the customer consents to: through a new door, guest alpha's config is refused until alpha's controller consents on its local API (never for another guest, a day at most); it runs, then a revoke refuses the next one; alpha reads each command in its audit log", async |n| super::consent::customer_consent(n, children, &client, (bins, out), (&sim, &agent), (host_id, alpha)).await).await?);
+    n.step("labels and capabilities: the operator labels the host (host_labeled) and finds it by label and by what it reported of itself (hosts list --label --capability); a filter it does not match lists nothing; hosts show prints its machine, helper, storage kinds and NICs", async |n| super::labels::labels_and_capabilities(n, (bins, out), host_id).await).await?;
+    outcome.verified = Some(n.step("PBS verification between restore tests: the operator's signed plan asks for a verify every hour; the backup server verifies alpha's group (a result per guest and tier in bosunctl status); chunks of the group rot on the server and the next verify fails (verify_failed)", async |n| super::verify::verify_between_restore_tests(n, children, &client, (bins, out), &sim, (host_id, alpha, alpha_vmid)).await).await?);
+    outcome.controller = Some(n.step("the controller in every guest is managed: the operator signs a golden recipe; the host builds it through its helper, boots it in a scratch guest and provisions guest delta from it, whose controller record is the recipe's signed digest; delta's controller crashes and the agent restarts it in place (never a destroy or rollback)", async |n| super::controller::managed_controller(n, children, &client, (bins, out), &sim, host_id).await).await?);
     Ok(unit)
 }
 

@@ -283,6 +283,27 @@ pub async fn sim_post(
     Ok(())
 }
 
+/// `POST` of `body` to the simulator's admin endpoint `path` (below `/_sim`); gives its JSON
+/// answer.
+pub async fn sim_post_json(
+    sim: &SimEndpoint,
+    what: &'static str,
+    path: &str,
+    body: &Value,
+) -> Result<Value, DemoError> {
+    sim_admin_client(sim)?
+        .post(format!("{}/{path}", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(body)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?
+        .json()
+        .await
+        .map_err(|source| DemoError::Http { what, source })
+}
+
 /// Everything the remote `server` holds, as the simulator exports it to move it to another
 /// node (`GET /_sim/remotes/{server}/store`: its declaration with the password, every backup
 /// with its archive).

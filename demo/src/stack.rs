@@ -323,9 +323,22 @@ max_parallel = 4
 
 [backup]
 restore_test_stay_up_ms = 3000
+# An hour of the verify interval lasts a second (the verify step's plan asks hourly).
+verify_hour_ms = 1000
 
 [metrics]
 listen = "127.0.0.1:0"
+
+# The controller step: controllers report every second, a silent one is restarted in place
+# after 2.5 s, and a new golden build's boot test keeps its scratch guest up for a second.
+[controller]
+report_interval_ms = 1000
+heal_after_ms = 2500
+max_restarts = 3
+
+[golden]
+storage = {golden_storage:?}
+boot_stay_up_seconds = 1
 
 [health]
 interval_ms = {health_interval}
@@ -354,6 +367,7 @@ scan_interval_seconds = 1
         health_samples = super::host_health::SAMPLES,
         cpu_high = super::host_health::CPU_HIGH_PERCENT,
         cpu_low = super::host_health::CPU_LOW_PERCENT,
+        golden_storage = super::helper::GOLDEN_STORAGE,
     );
     let config = dir.join("agent.toml");
     write(&config, &text)?;
