@@ -96,7 +96,14 @@ pub async fn run(
 }
 
 async fn rollout(client: &HubClient, json: bool, args: &RolloutArgs) -> Result<(), CtlError> {
-    let settings = crate::fleet_wave::Settings::from_args(args)?;
+    let settings = crate::fleet_wave::Settings::new(
+        args.kind,
+        &args.params,
+        args.key.clone(),
+        args.ssh_keygen.clone(),
+        (&args.wait, &args.deadline),
+        args.valid_hours,
+    )?;
     let want = settings.want.clone();
     let seen = resolve(client, args).await?;
     let plan = crate::fleet_plan::plan(args.kind, &want, &seen);
@@ -199,7 +206,10 @@ fn print_plan(
     for (n, wave) in waves.iter().enumerate() {
         let names: Vec<String> = wave
             .iter()
-            .map(|t| format!("{} ({} jobs)", t.hostname, t.jobs.len()))
+            .map(|t| match t.jobs.len() {
+                1 => format!("{} ({})", t.hostname, t.host_id),
+                n => format!("{} ({}, {n} jobs)", t.hostname, t.host_id),
+            })
             .collect();
         let label = if n == 0 { "canary" } else { "wave" };
         crate::outln!("  {label} {}: {}", n + 1, names.join(", "))?;

@@ -20,7 +20,6 @@ use uuid::Uuid;
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
-use crate::fleet::RolloutArgs;
 use crate::fleet_plan::{FleetKind, Plan, SkipReason, Target};
 use crate::table;
 
@@ -46,17 +45,25 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The settings of `args`; a missing or malformed parameter, or a duration out of
-    /// bounds, is refused here.
-    pub fn from_args(args: &RolloutArgs) -> Result<Self, CtlError> {
-        let params = crate::job_sign::params(&args.params)?;
-        let name = args.kind.target_param();
+    /// The settings of `bosunctl fleet rollout`'s arguments (`--param`s, `--wait` and
+    /// `--deadline` as given); a missing or malformed parameter, or a duration out of bounds,
+    /// is refused here.
+    pub fn new(
+        kind: FleetKind,
+        params: &[String],
+        key: Option<PathBuf>,
+        ssh_keygen: PathBuf,
+        (wait, deadline): (&str, &str),
+        valid_hours: i64,
+    ) -> Result<Self, CtlError> {
+        let params = crate::job_sign::params(params)?;
+        let name = kind.target_param();
         let want = params
             .get(name)
             .and_then(serde_json::Value::as_str)
             .ok_or_else(|| CtlError::BadArgument {
                 what: "--param",
-                reason: format!("`{}` needs --param {name}=…", args.kind.job_kind().as_str()),
+                reason: format!("`{}` needs --param {name}=…", kind.job_kind().as_str()),
             })?
             .to_owned();
         let bounded = |what: &'static str, text: &str, max: u32| {
@@ -70,20 +77,20 @@ impl Settings {
             Ok(Duration::from_secs(u64::from(seconds)))
         };
         let settings = Self {
-            kind: args.kind,
+            kind,
             params,
             want,
-            key: args.key.clone(),
-            ssh_keygen: args.ssh_keygen.clone(),
-            wait: bounded("--wait", &args.wait, 86_400)?,
-            deadline: bounded("--deadline", &args.deadline, 7 * 86_400)?,
-            valid_hours: args.valid_hours,
+            key,
+            ssh_keygen,
+            wait: bounded("--wait", wait, 86_400)?,
+            deadline: bounded("--deadline", deadline, 7 * 86_400)?,
+            valid_hours,
         };
         // The document every host gets, checked once against a stand-in target.
         let sample = JobTarget {
-            host_id: Uuid::nil(),
-            guest_id: (args.kind == FleetKind::ControllerUpdate).then(Uuid::nil),
-            vmid: (args.kind == FleetKind::ControllerUpdate).then_some(100),
+            host_id: Uuid::new_v4(),
+            guest_id: (kind == FleetKind::ControllerUpdate).then(Uuid::new_v4),
+            vmid: (kind == FleetKind::ControllerUpdate).then_some(100),
         };
         settings
             .document(sample)
@@ -264,9 +271,10 @@ pub async fn run_waves(
             stop = Some(SkipReason::DeadlinePassed);
         }
         if let Some(reason) = &stop {
-            report
-                .hosts
-                .extend(wave.iter().map(|t| skipped(t.host_id, &t.hostname, reason)));
+            report.hosts.extend(wave.iter().map(|t| HostLine {
+                wave: Some(n + 1),
+                ..skipped(t.host_id, &t.hostname, reason)
+            }));
             continue;
         }
         crate::errln!(
@@ -580,42 +588,5 @@ fn gate_verdict(page: &AuditPage, job: Uuid) -> Option<Phase> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_gate_verdict_is_the_entry_of_this_job_and_says_why() {
-        let job = Uuid::new_v4();
-        let entry = |action: &str, id: Uuid| bosun_proto::admin::AuditRecord {
-            host_id: Uuid::nil(),
-            hostname: None,
-            seq: 1,
-            at: jiff::Timestamp::UNIX_EPOCH,
-            action: action.to_owned(),
-            detail: serde_json::json!({
-                "job_id": id.to_string(),
-                "detail": {"failure": "no_poll", "detail": "silent for 30 s"},
-            }),
-        };
-        let page = |entries| AuditPage {
-            entries,
-            next_before: None,
-        };
-        assert_eq!(
-            gate_verdict(&page(vec![entry(COMMITTED, Uuid::new_v4())]), job),
-            None
-        );
-        assert_eq!(
-            gate_verdict(&page(vec![entry(COMMITTED, job)]), job),
-            Some(Phase::Passed)
-        );
-        let Some(Phase::Failed(why)) = gate_verdict(&page(vec![entry(ROLLED_BACK, job)]), job)
-        else {
-            panic!("not a failure");
-        };
-        assert!(
-            why.contains("no_poll") && why.contains("silent for 30 s"),
-            "{why}"
-        );
-    }
-}
+#[path = "fleet_wave_tests.rs"]
+mod tests;

@@ -230,6 +230,22 @@ async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_
         let out = base(args).output().await.unwrap();
         assert_eq!(out.status.code(), Some(4), "{out:?}");
     }
+    // A dry run shows the waves and signs nothing.
+    let mut dry = base(&["--label", "tier=web", "--param", &param, "--dry-run"]);
+    dry.args(["--output", "text", "--canary", "1", "--batch", "1"]);
+    let out = dry.output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    println!("fleet rollout --dry-run:\n{text}");
+    assert!(
+        text.contains("3 hosts match, 3 to update in 3 waves, 0 skipped")
+            && text.contains("planned"),
+        "{text}"
+    );
+    for host in &hosts {
+        assert!(controller_jobs(&hub, host.id).await.is_empty());
+    }
+
     let out = tokio::time::timeout(
         Duration::from_secs(240),
         base(&[
@@ -262,12 +278,17 @@ async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_
         "{report}"
     );
     assert_eq!(last["outcome"], "skipped", "{report}");
+    assert_eq!(last["wave"], 3, "the wave it would have run in");
     let why = last["reason"].as_str().unwrap();
     assert!(
         why.starts_with("not reached") && why.contains(&hosts[1].id.to_string()),
         "{why}"
     );
     assert!(stderr.contains("not reached"), "{stderr}");
+    println!(
+        "fleet rollout:\n{stderr}{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     // At the hub: the canary's job succeeded, the failing host's failed, the last got none.
     let states = |jobs: Vec<Value>| -> Vec<String> {
