@@ -373,7 +373,7 @@ async fn run_wave(
     let mut failed: BTreeMap<usize, String> = BTreeMap::new();
     'hosts: for (i, target) in wave.iter().enumerate() {
         for job in &target.jobs {
-            match send(client, settings, scratch, job.clone()).await {
+            match send(client, settings, scratch, *job).await {
                 Ok(job_id) => sent.push(Sent {
                     host: i,
                     job_id,
