@@ -73,6 +73,10 @@ pub enum Command {
     /// Signed jobs.
     #[command(subcommand)]
     Job(crate::job::JobCommand),
+    /// The hosts a label and capability selector matches, at once: an agent update or a
+    /// controller rollout in waves, canary first.
+    #[command(subcommand)]
+    Fleet(crate::fleet::FleetCommand),
     /// Secrets sealed to one host (storage credentials).
     #[command(subcommand)]
     Secret(crate::secret::SecretCommand),

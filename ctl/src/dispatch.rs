@@ -79,6 +79,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Hosts(command) => hosts::run(&client, global, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,
         Command::Job(command) => job::run(&client, global, command).await,
+        Command::Fleet(command) => crate::fleet::run(&client, global, command).await,
         Command::Secret(command) => secret::run(&client, global, command).await,
         Command::Status(args) => status::run(&client, json, args).await,
         Command::Alerts(args) => alerts::alerts(&client, json, args).await,

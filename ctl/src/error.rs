@@ -35,6 +35,10 @@ pub mod exit {
     /// `bosunctl secret seal`: the host's sealing recipient is not pinned, or the hub reports
     /// another than the pinned one; nothing was sealed (the message says how to confirm one).
     pub const RECIPIENT_UNCONFIRMED: u8 = 13;
+    /// `bosunctl fleet rollout`: a host failed its job or its health gate (or did not end
+    /// within the wait), so the rollout stopped; the report names the hosts done, failed and
+    /// skipped, each with why.
+    pub const ROLLOUT_STOPPED: u8 = 14;
 }
 
 /// What went wrong in a `bosunctl` command.
@@ -227,6 +231,14 @@ pub enum CtlError {
         /// Timeout or failure, with each guest not applied and the agent's reason.
         reason: String,
     },
+    /// `fleet rollout`: a wave failed, so the hosts after it were not touched.
+    #[error("rollout stopped: {failed} failed, {skipped} not reached")]
+    RolloutStopped {
+        /// The hosts that failed, with why.
+        failed: String,
+        /// How many matching hosts were not reached.
+        skipped: usize,
+    },
     /// `job submit`: the job would be refused (by the hub or the agent), so it was not sent.
     #[error("job not submitted ({reason}): {detail}")]
     JobRefused {
@@ -344,6 +356,7 @@ impl CtlError {
             Self::PveCheckUsage(err) => err.exit_code(),
             Self::PveCheck { exit, .. } => *exit,
             Self::NotApplied { .. } => exit::NOT_APPLIED,
+            Self::RolloutStopped { .. } => exit::ROLLOUT_STOPPED,
             Self::CheckNotOk { exit } => *exit,
             Self::RecipientNotPinned { .. } | Self::RecipientChanged { .. } => {
                 exit::RECIPIENT_UNCONFIRMED

@@ -181,37 +181,24 @@ async fn guest_target(
 }
 
 fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>, vmid: Option<u32>) -> Result<(), CtlError> {
-    let mut params = serde_json::Map::new();
-    for param in &args.params {
-        let (key, value) = param.split_once('=').ok_or_else(|| CtlError::BadArgument {
-            what: "--param",
-            reason: format!("{param:?} is not KEY=VALUE"),
-        })?;
-        params.insert(key.to_owned(), serde_json::Value::String(value.to_owned()));
-    }
-    let now = Timestamp::now();
-    let nonce = format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
-    let document = JobDocument {
-        schema: bosun_proto::job::DOCUMENT_SCHEMA.to_owned(),
-        job_id: Uuid::now_v7(),
-        kind: args.kind.0,
-        target: JobTarget {
+    let params = params(&args.params)?;
+    let timeout_s = args
+        .timeout
+        .as_deref()
+        .map(|t| crate::duration::parse_duration("--timeout", t))
+        .transpose()?;
+    let document = document(
+        args.kind.0,
+        JobTarget {
             host_id: host,
             guest_id: guest,
             vmid,
         },
         params,
-        nonce,
-        // A minute of slack for the operator's clock running ahead of the host's.
-        not_before: now - SignedDuration::from_secs(60),
-        expires_at: now + SignedDuration::from_hours(args.valid_hours),
-        timeout_s: args
-            .timeout
-            .as_deref()
-            .map(|t| crate::duration::parse_duration("--timeout", t))
-            .transpose()?,
-        priority: args.priority,
-    };
+        args.valid_hours,
+        timeout_s,
+        args.priority,
+    );
     document
         .validate()
         .map_err(|source| CtlError::InvalidInput {
@@ -231,6 +218,47 @@ fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>, vmid: Option<u32>) -> Re
         source,
     })?;
     crate::outln!("{}", document.job_id)
+}
+
+/// `--param KEY=VALUE` arguments as a job's `params` (every value a string).
+pub(crate) fn params(
+    given: &[String],
+) -> Result<serde_json::Map<String, serde_json::Value>, CtlError> {
+    let mut params = serde_json::Map::new();
+    for param in given {
+        let (key, value) = param.split_once('=').ok_or_else(|| CtlError::BadArgument {
+            what: "--param",
+            reason: format!("{param:?} is not KEY=VALUE"),
+        })?;
+        params.insert(key.to_owned(), serde_json::Value::String(value.to_owned()));
+    }
+    Ok(params)
+}
+
+/// A fresh job document (a new id and nonce), valid from a minute ago for `valid_hours`; not
+/// validated here.
+pub(crate) fn document(
+    kind: JobKind,
+    target: JobTarget,
+    params: serde_json::Map<String, serde_json::Value>,
+    valid_hours: i64,
+    timeout_s: Option<u32>,
+    priority: i32,
+) -> JobDocument {
+    let now = Timestamp::now();
+    JobDocument {
+        schema: bosun_proto::job::DOCUMENT_SCHEMA.to_owned(),
+        job_id: Uuid::now_v7(),
+        kind,
+        target,
+        params,
+        nonce: format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple()),
+        // A minute of slack for the operator's clock running ahead of the host's.
+        not_before: now - SignedDuration::from_secs(60),
+        expires_at: now + SignedDuration::from_hours(valid_hours),
+        timeout_s,
+        priority,
+    }
 }
 
 fn sig_path(document: &Path) -> PathBuf {

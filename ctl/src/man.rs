@@ -56,6 +56,10 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
         exit::RECIPIENT_UNCONFIRMED,
         "secret seal: the host's sealing recipient is not pinned, or the hub reports another than the pinned one; nothing was sealed (hosts pin-recipient confirms one)",
     ),
+    (
+        exit::ROLLOUT_STOPPED,
+        "fleet rollout: a host failed its job or its health gate, or did not end within --wait; the rollout stopped and the report names the hosts done, failed and not reached",
+    ),
 ];
 
 const ENVIRONMENT: &[(&str, &str)] = &[
@@ -171,6 +175,13 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "bosunctl-fleet-rollout",
+        &[(
+            "bosunctl fleet rollout --kind agent-update --label site=fra-1 --param version=0.3.0 --param sha256=… -f ~/.ssh/id_ed25519",
+            "one canary host, then the rest five at a time, stopping at the first failed health gate",
+        )],
+    ),
+    (
         "bosunctl-pve-check",
         &[(
             "bosunctl pve check --url https://pve-1:8006 --token-file token --fingerprint AB:CD:…",
@@ -212,6 +223,7 @@ mod tests {
             exit::HUB_ERROR,
             exit::NOT_APPLIED,
             exit::CHECK_FAILED,
+            exit::ROLLOUT_STOPPED,
         ] {
             assert!(
                 listed.contains(&code),

@@ -184,3 +184,86 @@ async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact_and
     assert!(!stack.prefix.slot_binary("b").exists());
     assert_eq!(stack.systemd.starts(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_rollout_reads_the_health_gates_verdict_and_stops_on_a_rollback() {
+    // `bosunctl fleet rollout --kind agent-update` (decision 0086): the job succeeds once the
+    // binary is staged; the host is done or failed only when its health gate decided, which
+    // the rollout reads from the host's audit trail (`agent_update.failed` with the job id).
+    let stack = UpdateStack::start(GateTimings::default()).await;
+    let sha256 = stack.upload(stack.fixture(fixtures::EXITS_AT_START)).await;
+    let host = stack.host_id.to_string();
+    agent_support::jobs::ctl(&stack.hub, &["hosts", "label", &host, "ring=canary"]).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !stack.hub.host(stack.host_id).await["capabilities"]["helper"]
+        .as_bool()
+        .unwrap_or(false)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the host's capabilities at the hub"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let key = stack.operator.key.display().to_string();
+    let rollout = tokio::process::Command::new(binary("bosunctl"))
+        .args([
+            "--hub-url",
+            &stack.hub.url,
+            "--fingerprint",
+            &stack.hub.fingerprint,
+        ])
+        .args(["--admin-token", &stack.hub.admin, "--output", "json"])
+        .args([
+            "fleet",
+            "rollout",
+            "--kind",
+            "agent-update",
+            "--label",
+            "ring=canary",
+        ])
+        .args([
+            "--param",
+            "version=0.2.0-test",
+            "--param",
+            &format!("sha256={sha256}"),
+        ])
+        .args([
+            "--param",
+            "override_window=true",
+            "-f",
+            &key,
+            "--wait",
+            "2m",
+        ])
+        .env_remove("BOSUN_CTL_CONFIG")
+        .kill_on_drop(true)
+        .output();
+    let rollout = tokio::spawn(rollout);
+    // What bosun-update-gate.path does when the record appears.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while stack.prefix.record().is_none() {
+        assert!(Instant::now() < deadline, "never staged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut gate = stack.prefix.start_gate();
+    tokio::task::spawn_blocking(move || gate.wait().unwrap())
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), rollout)
+        .await
+        .expect("the rollout ends once the gate decided")
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(14), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let line = &report["hosts"][0];
+    assert_eq!(line["outcome"], "failed", "{report}");
+    let why = line["reason"].as_str().unwrap();
+    assert!(
+        why.contains("health gate rolled it back") && why.contains("crash_loop"),
+        "{why}"
+    );
+    assert_eq!(stack.prefix.current(), "a");
+}

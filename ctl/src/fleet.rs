@@ -1,0 +1,221 @@
+//! `bosunctl fleet rollout`: an agent update or a controller rollout to the hosts a label and
+//! capability selector matches, in waves (decision 0086). The hub resolves the selector
+//! (`GET /v1/admin/hosts?label=…&capability=…`); this command checks its answer, decides
+//! which hosts get jobs ([`crate::fleet_plan`]), prints that, and then signs one job for each
+//! host (each guest, for a controller rollout) with the operator's key and runs the waves
+//! ([`crate::fleet_wave`]). The hub never signs and never widens the set: every job names its
+//! host and was signed here for it.
+
+use std::path::PathBuf;
+
+use bosun_proto::admin::{HostDetail, HostSummary, JobRecord};
+use clap::Subcommand;
+
+use crate::client::{HubClient, decode};
+use crate::error::CtlError;
+use crate::fleet_plan::{FleetKind, Plan, Seen};
+use crate::global::GlobalArgs;
+use crate::table;
+
+/// The most hosts `--max-hosts` may allow.
+pub const MAX_HOSTS: u32 = 500;
+
+/// The most `--label` and `--capability` terms a selector holds (the hub's bound).
+pub const MAX_TERMS: usize = 16;
+
+/// `bosunctl fleet ...`
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Sign and run an `agent-update` or `controller-update` on every host a selector
+    /// matches, in waves: a canary wave first, then the rest in batches, each wave waiting
+    /// for its jobs and health gates; the first failure stops the rollout. Prints the hosts
+    /// done, failed and skipped (offline, no helper, already at target, a job pending, not
+    /// reached), each with why; exit 14 when it stopped.
+    Rollout(RolloutArgs),
+}
+
+/// `bosunctl fleet rollout`.
+#[derive(Debug, clap::Args)]
+pub struct RolloutArgs {
+    /// `agent-update` (with `--param version=…` and `--param sha256=…`, optionally
+    /// `--param override_window=true`) or `controller-update` (with `--param digest=sha256:…`).
+    #[arg(long, value_enum)]
+    pub kind: FleetKind,
+    /// Only hosts with this label, `key=value` (repeat: all must match).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// Only hosts that report this capability word (repeat: all must match).
+    #[arg(long = "capability", value_name = "WORD")]
+    pub capabilities: Vec<String>,
+    /// A job parameter, `key=value`, signed into every job.
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// The operator's private key (or its `sk-` handle file): each job is signed with
+    /// `ssh-keygen -Y sign -n bosun-job@v1`.
+    #[arg(long, short = 'f', required_unless_present = "dry_run")]
+    pub key: Option<PathBuf>,
+    /// The `ssh-keygen` program.
+    #[arg(long, default_value = "ssh-keygen")]
+    pub ssh_keygen: PathBuf,
+    /// Hosts in the first wave (1 to 10).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub canary: u32,
+    /// Hosts in each wave after the canary (1 to 50).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub batch: u32,
+    /// Refuse when the selector matches more hosts than this (1 to 500).
+    #[arg(long, default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_HOSTS)))]
+    pub max_hosts: u32,
+    /// How long one wave may take, its health gates included (`90s`, `30m`; 10 s to 24 h);
+    /// a job not done by then fails the wave (a queued one is cancelled).
+    #[arg(long, value_name = "DURATION", default_value = "30m")]
+    pub wait: String,
+    /// How long the whole rollout may take (10 s to 7 d); hosts whose wave would start later
+    /// are skipped.
+    #[arg(long, value_name = "DURATION", default_value = "6h")]
+    pub deadline: String,
+    /// Hours each job stays valid from its signing (1 to 168).
+    #[arg(long, default_value_t = 24,
+          value_parser = clap::value_parser!(i64).range(1..=bosun_proto::job::MAX_VALIDITY_HOURS))]
+    pub valid_hours: i64,
+    /// Print the hosts and waves, sign and send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Runs a `fleet` command.
+pub async fn run(
+    client: &HubClient,
+    global: &GlobalArgs,
+    command: &FleetCommand,
+) -> Result<(), CtlError> {
+    match command {
+        FleetCommand::Rollout(args) => rollout(client, global.json(), args).await,
+    }
+}
+
+async fn rollout(client: &HubClient, json: bool, args: &RolloutArgs) -> Result<(), CtlError> {
+    let settings = crate::fleet_wave::Settings::new(
+        args.kind,
+        &args.params,
+        args.key.clone(),
+        args.ssh_keygen.clone(),
+        (&args.wait, &args.deadline),
+        args.valid_hours,
+    )?;
+    let want = settings.want.clone();
+    let seen = resolve(client, args).await?;
+    let plan = crate::fleet_plan::plan(args.kind, &want, &seen);
+    let waves = crate::fleet_plan::waves(&plan.targets, args.canary as usize, args.batch as usize);
+    if !json {
+        print_plan(args.kind, &want, &plan, &waves)?;
+    }
+    if args.dry_run {
+        let report = crate::fleet_wave::Report::planned(&plan, &waves);
+        return report.print(json);
+    }
+    let report = crate::fleet_wave::run_waves(client, &settings, &plan, &waves).await?;
+    report.print(json)?;
+    report.verdict()
+}
+
+/// The hosts the hub says the selector matches, each with its detail and jobs; refused when
+/// the selector is empty or matches more than `--max-hosts`, and when the hub names a host
+/// whose labels do not match.
+async fn resolve(client: &HubClient, args: &RolloutArgs) -> Result<Vec<Seen>, CtlError> {
+    if args.labels.is_empty() && args.capabilities.is_empty() {
+        return Err(CtlError::BadArgument {
+            what: "selector",
+            reason: "name at least one --label or --capability: a rollout never targets the whole fleet by default".to_owned(),
+        });
+    }
+    let terms = args.labels.len() + args.capabilities.len();
+    if terms > MAX_TERMS {
+        return Err(CtlError::BadArgument {
+            what: "selector",
+            reason: format!("{terms} terms; at most {MAX_TERMS} --label and --capability in all"),
+        });
+    }
+    let query = crate::host_labels::list_query(&args.labels, &args.capabilities)?;
+    let hosts: Vec<HostSummary> = decode(
+        "host list",
+        client.get(&format!("/v1/admin/hosts{query}")).await?,
+    )?;
+    if hosts.is_empty() {
+        return Err(CtlError::BadArgument {
+            what: "selector",
+            reason: "no host matches it (`bosunctl hosts list` with the same --label and --capability shows the fleet)".to_owned(),
+        });
+    }
+    if hosts.len() > args.max_hosts as usize {
+        return Err(CtlError::BadArgument {
+            what: "selector",
+            reason: format!(
+                "it matches {} hosts, more than --max-hosts {}: narrow it or raise the bound",
+                hosts.len(),
+                args.max_hosts
+            ),
+        });
+    }
+    let wanted = crate::host_labels::change(&args.labels, &[]).ok();
+    let mut seen = Vec::with_capacity(hosts.len());
+    for host in hosts {
+        let id = host.host_id;
+        let detail: HostDetail = decode(
+            "host detail",
+            client.get(&format!("/v1/admin/hosts/{id}")).await?,
+        )?;
+        if let Some(wanted) = &wanted {
+            let labels = &detail.summary.labels;
+            if let Some((key, _)) = wanted.set.iter().find(|(k, v)| labels.get(*k) != Some(*v)) {
+                return Err(CtlError::BadArgument {
+                    what: "selector",
+                    reason: format!(
+                        "the hub named host {} ({id}) for it, but that host has no label {key} with the value asked for; nothing was signed",
+                        detail.summary.hostname
+                    ),
+                });
+            }
+        }
+        let jobs: Vec<JobRecord> = decode(
+            "job list",
+            client.get(&format!("/v1/admin/hosts/{id}/jobs")).await?,
+        )?;
+        seen.push(Seen { detail, jobs });
+    }
+    Ok(seen)
+}
+
+/// The plan, before anything is signed: the waves and the hosts left out.
+fn print_plan(
+    kind: FleetKind,
+    want: &str,
+    plan: &Plan,
+    waves: &[Vec<crate::fleet_plan::Target>],
+) -> Result<(), CtlError> {
+    let hosts = plan.targets.len() + plan.skipped.len();
+    crate::outln!(
+        "{} to {} {want}: {hosts} hosts match, {} to update in {} waves, {} skipped",
+        kind.job_kind().as_str(),
+        kind.target_param(),
+        plan.targets.len(),
+        waves.len(),
+        plan.skipped.len()
+    )?;
+    for (n, wave) in waves.iter().enumerate() {
+        let names: Vec<String> = wave
+            .iter()
+            .map(|t| match t.jobs.len() {
+                1 => format!("{} ({})", t.hostname, t.host_id),
+                n => format!("{} ({}, {n} jobs)", t.hostname, t.host_id),
+            })
+            .collect();
+        let label = if n == 0 { "canary" } else { "wave" };
+        crate::outln!("  {label} {}: {}", n + 1, names.join(", "))?;
+    }
+    for skipped in &plan.skipped {
+        crate::outln!("  skipped {}: {}", skipped.hostname, skipped.reason)?;
+    }
+    table::line(format_args!(""))
+}
