@@ -20,8 +20,9 @@ use crate::table;
 /// The most hosts `--max-hosts` may allow.
 pub const MAX_HOSTS: u32 = 500;
 
-/// The most `--label` and `--capability` terms a selector holds (the hub's bound).
-pub const MAX_TERMS: usize = 16;
+/// The most `--label` terms, and the most `--capability` terms, a selector holds (the hub's
+/// bound on each).
+pub const MAX_TERMS: usize = 8;
 
 /// `bosunctl fleet ...`
 #[derive(Debug, Subcommand)]
@@ -130,12 +131,16 @@ async fn resolve(client: &HubClient, args: &RolloutArgs) -> Result<Vec<Seen>, Ct
             reason: "name at least one --label or --capability: a rollout never targets the whole fleet by default".to_owned(),
         });
     }
-    let terms = args.labels.len() + args.capabilities.len();
-    if terms > MAX_TERMS {
-        return Err(CtlError::BadArgument {
-            what: "selector",
-            reason: format!("{terms} terms; at most {MAX_TERMS} --label and --capability in all"),
-        });
+    for (flag, terms) in [
+        ("--label", args.labels.len()),
+        ("--capability", args.capabilities.len()),
+    ] {
+        if terms > MAX_TERMS {
+            return Err(CtlError::BadArgument {
+                what: "selector",
+                reason: format!("{terms} {flag} terms; at most {MAX_TERMS}"),
+            });
+        }
     }
     let query = crate::host_labels::list_query(&args.labels, &args.capabilities)?;
     let hosts: Vec<HostSummary> = decode(
