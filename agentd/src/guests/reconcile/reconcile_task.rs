@@ -31,6 +31,7 @@ use super::observe::{Observed, observe};
 use super::plan::{Facts, Finding, ObservedPower, plan};
 use crate::data::desired::DesiredSnapshot;
 use crate::data::recovery::host_loss::HostLossSearch;
+use crate::data::storage::hot::HotPlaces;
 use crate::ops::journal::JournalHandle;
 use crate::ops::operation::Origin;
 
@@ -323,6 +324,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             recover_failures: failures.recover,
             host_loss: BTreeMap::new(),
             awaiting_recovery: BTreeSet::new(),
+            hot_places: self.hot_places(&snapshot),
         };
         let mut waiting_reason = None;
         if let Some(search) = &self.host_loss {
@@ -379,6 +381,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 migrated: migrated_by_guest(&observed),
                 gone: observed.gone.clone(),
                 awaiting_recovery: facts.awaiting_recovery.clone(),
+                hot_places: facts.hot_places.clone(),
                 ..Facts::default()
             },
         );
@@ -393,6 +396,15 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         let failed = report.outcomes.iter().filter(|o| o.error.is_some()).count();
         let succeeded = report.outcomes.len() - failed;
         pass_end(!again.actions.is_empty(), succeeded, failed)
+    }
+
+    /// Where `snapshot`'s hot volumes may go: the storages its signed plan classes.
+    fn hot_places(&self, snapshot: &DesiredSnapshot) -> HotPlaces {
+        HotPlaces::new(
+            &snapshot.state,
+            snapshot.plan.as_ref().map(|p| &p.plan),
+            self.applier.provisioner().root_storage().as_str(),
+        )
     }
 
     fn publish_error(&self, error: String) {
