@@ -86,7 +86,7 @@ pub struct NodeStorage {
 
 /// Whether `storage` is a Proxmox storage id (`pve-storage-id`: a letter, then letters,
 /// digits, `-`, `_` or `.`, at most 64 bytes in all).
-pub(crate) fn is_storage_id(storage: &str) -> bool {
+fn is_storage_id(storage: &str) -> bool {
     storage.len() <= 64
         && storage
             .chars()

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::{self, ValidationError};
 
-/// Most hot volumes one guest may declare; with its bulk volumes, at most
-/// [`super::MAX_BULK_VOLUMES`] mount points in all.
+/// Most hot volumes one guest may declare; with its bulk volumes, at most 8 mount points in
+/// all.
 pub const MAX_HOT_VOLUMES: usize = 8;
 
 /// One hot volume of a guest: a database's data, an app's configuration.
@@ -35,7 +35,7 @@ impl HotVolume {
         validate::range(|| at("size_gib"), self.size_gib, 1, 65_536)?;
         check_path(&self.path, &|| at("path"))?;
         if let Some(storage) = &self.storage
-            && !crate::data_plan::is_storage_id(storage)
+            && !is_storage_id(storage)
         {
             return Err(ValidationError::Invalid {
                 field: at("storage"),
@@ -44,6 +44,16 @@ impl HotVolume {
         }
         Ok(())
     }
+}
+
+/// Whether `storage` is a Proxmox storage id (`pve-storage-id`: a letter, then letters,
+/// digits, `-`, `_` or `.`, at most 64 bytes in all).
+fn is_storage_id(storage: &str) -> bool {
+    storage.len() <= 64
+        && storage.starts_with(|c: char| c.is_ascii_alphabetic())
+        && storage
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// Checks a volume's name: 1 to 32 of `[a-z0-9-]`.

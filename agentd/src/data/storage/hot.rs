@@ -78,7 +78,7 @@ mod tests {
         let mut state: DesiredState = serde_json::from_value(serde_json::json!({
             "schema": "bosun.desired/v1",
             "backup_policy": { "schedule": "daily", "retention": { "keep_daily": 1 } },
-            "restore_test_policy": { "interval_days": 7, "timeout_minutes": 30 },
+            "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },
         }))
         .expect("a desired state");
         let mut fast = test_target(StorageType::LocalDir, "/srv/fast", StorageRole::BulkData);
@@ -98,7 +98,13 @@ mod tests {
             "host_id": uuid::Uuid::from_u128(1),
             "serial": 1,
             "issued_at": "2026-11-26T00:00:00Z",
-            "backup": { "schedule": "daily", "retention": { "keep_daily": 1 } },
+            "backup": {
+                "schedule": "daily",
+                "retention": { "keep_daily": 1 },
+                "min_interval_seconds": 3600,
+                "restore_test_days": null,
+                "verify_hours": null,
+            },
         }))
         .expect("a plan");
         plan.node_storages = vec![

@@ -304,28 +304,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 return PassEnd::Settled;
             }
         };
-        let failures = self.applier.failures(&snapshot.state.guests).await;
-        let mut facts = Facts {
-            busy: snapshot
-                .state
-                .guests
-                .iter()
-                .map(|g| g.guest_id)
-                .filter(|g| self.applier.is_busy(*g))
-                // A guest whose container vanished mid-read is judged next pass.
-                .chain(observed.unsettled.iter().copied())
-                .collect(),
-            start_failures: failures.start,
-            restart_limit: self.restart_limit,
-            tokenless: self.applier.tokenless(&observed.guests).await,
-            lost: lost_by_guest(&observed),
-            migrated: migrated_by_guest(&observed),
-            gone: observed.gone.clone(),
-            recover_failures: failures.recover,
-            host_loss: BTreeMap::new(),
-            awaiting_recovery: BTreeSet::new(),
-            hot_places: self.hot_places(&snapshot),
-        };
+        let mut facts = self.facts(&snapshot, &observed).await;
         let mut waiting_reason = None;
         if let Some(search) = &self.host_loss {
             let view = search.look(&snapshot.state, &observed.gone).await;
@@ -396,6 +375,33 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         let failed = report.outcomes.iter().filter(|o| o.error.is_some()).count();
         let succeeded = report.outcomes.len() - failed;
         pass_end(!again.actions.is_empty(), succeeded, failed)
+    }
+
+    /// What the journal and the agent's memory add to `observed` for one pass (no host loss
+    /// yet: [`Self::pass`] adds it).
+    async fn facts(&self, snapshot: &DesiredSnapshot, observed: &Observed) -> Facts {
+        let failures = self.applier.failures(&snapshot.state.guests).await;
+        Facts {
+            busy: snapshot
+                .state
+                .guests
+                .iter()
+                .map(|g| g.guest_id)
+                .filter(|g| self.applier.is_busy(*g))
+                // A guest whose container vanished mid-read is judged next pass.
+                .chain(observed.unsettled.iter().copied())
+                .collect(),
+            start_failures: failures.start,
+            restart_limit: self.restart_limit,
+            tokenless: self.applier.tokenless(&observed.guests).await,
+            lost: lost_by_guest(observed),
+            migrated: migrated_by_guest(observed),
+            gone: observed.gone.clone(),
+            recover_failures: failures.recover,
+            host_loss: BTreeMap::new(),
+            awaiting_recovery: BTreeSet::new(),
+            hot_places: self.hot_places(snapshot),
+        }
     }
 
     /// Where `snapshot`'s hot volumes may go: the storages its signed plan classes.
