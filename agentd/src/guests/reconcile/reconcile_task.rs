@@ -378,7 +378,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
     }
 
     /// What the journal and the agent's memory add to `observed` for one pass (no host loss
-    /// yet: [`Self::pass`] adds it).
+    /// yet: the pass adds it).
     async fn facts(&self, snapshot: &DesiredSnapshot, observed: &Observed) -> Facts {
         let failures = self.applier.failures(&snapshot.state.guests).await;
         Facts {
