@@ -336,6 +336,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
             version: None,
         },
         bulk_volumes: Vec::new(),
+        hot_volumes: Vec::new(),
         thresholds: None,
     };
     let provisioner = Provisioner::new(
@@ -406,6 +407,7 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
             version: None,
         },
         bulk_volumes: Vec::new(),
+        hot_volumes: Vec::new(),
         thresholds: None,
     }
 }

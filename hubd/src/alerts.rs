@@ -145,6 +145,7 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::GoldenRefused
         | AlertKind::GoldenVerifyFailed
         | AlertKind::StorageRefused
+        | AlertKind::PlacementRefused
         | AlertKind::JobRefused
         | AlertKind::ArchiveRejected
         | AlertKind::StorageLost

@@ -46,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 53] = [
+const ALERT_KINDS: [AlertKind; 54] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -60,6 +60,7 @@ const ALERT_KINDS: [AlertKind; 53] = [
     AlertKind::GoldenRefused,
     AlertKind::GoldenVerifyFailed,
     AlertKind::StorageRefused,
+    AlertKind::PlacementRefused,
     AlertKind::JobRefused,
     AlertKind::ArchiveRejected,
     AlertKind::StorageLost,

@@ -439,6 +439,10 @@ pub enum AlertKind {
     /// plan does not name it, names it with another identity, or its sealed credentials were
     /// sealed for another target. Nothing was registered, mounted, written or read.
     StorageRefused,
+    /// The agent refused to build a guest because one of its volumes has no place of the
+    /// class it needs: a hot volume on a storage the signed plan does not class `fast`, a bulk
+    /// volume with no attached target of its class. Nothing of the guest was built.
+    PlacementRefused,
     /// The agent refused a signed job (its signer is not in the host's `allowed_signers`, its
     /// signature or namespace is wrong, it expired, targets another host, reuses a nonce, …):
     /// nothing ran; the operator must sign it again or fix the signers.
@@ -555,6 +559,7 @@ impl AlertKind {
             Self::GoldenRefused => "golden_refused",
             Self::GoldenVerifyFailed => "golden_verify_failed",
             Self::StorageRefused => "storage_refused",
+            Self::PlacementRefused => "placement_refused",
             Self::JobRefused => "job_refused",
             Self::ArchiveRejected => "archive_rejected",
             Self::StorageLost => "storage_lost",

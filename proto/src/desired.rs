@@ -11,6 +11,9 @@ use uuid::Uuid;
 
 use crate::validate::{self, ValidationError};
 
+mod hot;
+pub use hot::{HotVolume, MAX_HOT_VOLUMES};
+
 /// The schema name of [`DesiredState`].
 pub use crate::schema_ids::DESIRED as SCHEMA;
 
@@ -81,13 +84,19 @@ pub struct GuestSpec {
     /// decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bulk_volumes: Vec<BulkVolume>,
+    /// Hot volumes (a database, an app's configuration): each a mount point the guest's
+    /// vzdump includes, on a storage the signed data plan classes `fast` (enforced: the guest
+    /// is not built while one has no such place).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot_volumes: Vec<HotVolume>,
     /// The guest's own CPU, memory and root-disk thresholds: only a guest with thresholds is
     /// watched and alerted on ([`crate::guest_thresholds`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thresholds: Option<crate::guest_thresholds::GuestThresholds>,
 }
 
-/// Most bulk volumes one guest may declare (`mp0`…`mp7`).
+/// Most bulk volumes one guest may declare (`mp0`…`mp7`); bulk and hot volumes together are
+/// at most this many mount points.
 pub const MAX_BULK_VOLUMES: usize = 8;
 
 /// One bulk data volume of a guest.
@@ -125,6 +134,11 @@ pub enum PlacementRefusal {
     TargetUnavailable,
     /// The target the volume names is of another class than the volume asks for.
     TargetOfOtherClass,
+    /// A hot volume's storage is not classed `fast` by the signed data plan (it is `slow`).
+    StorageNotFast,
+    /// A hot volume's storage has no class: the signed data plan does not name it (or there
+    /// is no verified plan), so it is never taken for fast.
+    StorageUnclassed,
     /// Anything this version does not know.
     #[serde(other)]
     Unknown,
@@ -137,6 +151,8 @@ impl PlacementRefusal {
             Self::NoTargetOfClass => "no_target_of_class",
             Self::TargetUnavailable => "target_unavailable",
             Self::TargetOfOtherClass => "target_of_other_class",
+            Self::StorageNotFast => "storage_not_fast",
+            Self::StorageUnclassed => "storage_unclassed",
             Self::Unknown => "unknown",
         }
     }
@@ -154,6 +170,12 @@ impl PlacementRefusal {
             Self::TargetOfOtherClass => {
                 format!("the target it names is not of class {class}")
             }
+            Self::StorageNotFast => {
+                format!("its storage is not of class {class} in the signed data plan")
+            }
+            Self::StorageUnclassed => format!(
+                "the signed data plan gives its storage no class, so it is never taken for {class}"
+            ),
             Self::Unknown => "refused".to_owned(),
         }
     }
@@ -645,41 +667,39 @@ impl DesiredState {
             guest.bulk_volumes.len(),
             MAX_BULK_VOLUMES,
         )?;
+        validate::count(
+            &format!("guests[{i}].hot_volumes"),
+            guest.hot_volumes.len(),
+            MAX_HOT_VOLUMES,
+        )?;
+        validate::count(
+            &format!("guests[{i}].hot_volumes"),
+            guest.bulk_volumes.len() + guest.hot_volumes.len(),
+            MAX_BULK_VOLUMES,
+        )?;
         let mut names = HashSet::new();
         let mut paths = HashSet::new();
+        for (j, volume) in guest.hot_volumes.iter().enumerate() {
+            let at = |f: &str| format!("guests[{i}].hot_volumes[{j}].{f}");
+            volume.validate(&at)?;
+            if !names.insert(volume.name.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field: at("name"),
+                    value: volume.name.clone(),
+                });
+            }
+            if !paths.insert(volume.path.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field: at("path"),
+                    value: volume.path.clone(),
+                });
+            }
+        }
         for (j, volume) in guest.bulk_volumes.iter().enumerate() {
             let at = |f: &str| format!("guests[{i}].bulk_volumes[{j}].{f}");
-            let name_ok = !volume.name.is_empty()
-                && volume.name.len() <= 32
-                && volume
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-            if !name_ok {
-                return Err(ValidationError::Invalid {
-                    field: at("name"),
-                    reason: "expected 1 to 32 of [a-z0-9-]".into(),
-                });
-            }
+            hot::check_name(&volume.name, &|| at("name"))?;
             validate::range(|| at("size_gib"), volume.size_gib, 1, 65_536)?;
-            validate::text(|| at("path"), &volume.path, 255)?;
-            let path_ok = volume.path.starts_with('/')
-                && volume.path != "/"
-                && volume
-                    .path
-                    .split('/')
-                    .skip(1)
-                    .all(|c| !c.is_empty() && c != "." && c != "..")
-                && volume
-                    .path
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '.'));
-            if !path_ok {
-                return Err(ValidationError::Invalid {
-                    field: at("path"),
-                    reason: "expected an absolute path below / of [A-Za-z0-9/_.-]".into(),
-                });
-            }
+            hot::check_path(&volume.path, &|| at("path"))?;
             if !names.insert(volume.name.as_str()) {
                 return Err(ValidationError::Duplicate {
                     field: at("name"),

@@ -80,6 +80,7 @@ impl HealthLevel {
             AlertKind::GoldenRefused
             | AlertKind::GoldenVerifyFailed
             | AlertKind::StorageRefused
+            | AlertKind::PlacementRefused
             | AlertKind::JobRefused
             | AlertKind::BackupOverdue
             | AlertKind::RestoreTestOverdue

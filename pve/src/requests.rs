@@ -45,8 +45,8 @@ pub struct CtOptions {
     pub mount_points: BTreeMap<u8, NewMountPoint>,
 }
 
-/// A new volume mount point: `<storage>:<size in GiB>,mp=<path>,backup=0` (a bulk volume
-/// vzdump leaves out).
+/// A new volume mount point: `<storage>:<size in GiB>,mp=<path>,backup=<0|1>` (a bulk volume
+/// vzdump leaves out, `backup=0`, or a hot volume it includes, `backup=1`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewMountPoint {
     /// The storage the volume is allocated on.
@@ -55,6 +55,8 @@ pub struct NewMountPoint {
     pub size_gib: u32,
     /// Path inside the guest.
     pub path: String,
+    /// Whether the guest's vzdump includes it.
+    pub backup: bool,
 }
 
 impl NewMountPoint {
@@ -78,8 +80,11 @@ impl NewMountPoint {
             ));
         }
         Ok(format!(
-            "{}:{},mp={},backup=0",
-            self.storage, self.size_gib, self.path
+            "{}:{},mp={},backup={}",
+            self.storage,
+            self.size_gib,
+            self.path,
+            u8::from(self.backup)
         ))
     }
 }

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `golden.refused` | `golden_refused` | — |
 //! | `golden.verify_failed` | `golden_verify_failed`, with the reason (the previous verified build stays in use) | — |
+//! | `guest.placement_refused` | `placement_refused`, with the guest, the volume, its storage (a hot volume's) and why: nothing of the guest is built until it has a place (the agent audits each refusal once) | — |
 //! | `storage.refused` | — (stored only: the refused target is in the report, where `storage_refused` stays open while it is refused, [`super`]) | — |
 //! | `archive.rejected` | `archive_rejected`, with the archive, the guest and the reason | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
@@ -35,6 +36,8 @@ use super::{bounded, guest_name};
 pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
 /// The agent's audit action for a golden build that failed its verification.
 pub const GOLDEN_VERIFY_FAILED_ACTION: &str = "golden.verify_failed";
+/// The agent's audit action for a guest it does not build: a volume has no place of its class.
+pub const PLACEMENT_REFUSED_ACTION: &str = "guest.placement_refused";
 /// The agent's audit action for a storage target or tier it refused (not in the signed data
 /// plan, another identity, credentials sealed for another target).
 pub const STORAGE_REFUSED_ACTION: &str = "storage.refused";
@@ -114,6 +117,7 @@ pub fn judge(
     let facts = Facts::of(detail);
     match action {
         GOLDEN_REFUSED_ACTION => Some(golden_refused(hostname, &facts)),
+        PLACEMENT_REFUSED_ACTION => Some(placement_refused(hostname, &facts)),
         GOLDEN_VERIFY_FAILED_ACTION => Some(golden_verify_failed(hostname, &facts)),
         ARCHIVE_REJECTED_ACTION => Some(archive_rejected(hostname, &facts)),
         GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
@@ -141,6 +145,30 @@ fn golden_refused(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
                 "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
                 facts.text("volid").unwrap_or_else(|| "?".to_owned()),
                 facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+            ),
+        )),
+        event: None,
+    }
+}
+
+/// A guest's volume with no place of its class: an alert.
+fn placement_refused(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    let volume = facts.text("volume").unwrap_or_else(|| "?".to_owned());
+    let kind = if facts.field("hot").and_then(Value::as_bool) == Some(true) {
+        match facts.text("storage") {
+            Some(storage) => format!("hot volume {volume} (storage {storage})"),
+            None => format!("hot volume {volume}"),
+        }
+    } else {
+        format!("bulk volume {volume}")
+    };
+    AuditFinding {
+        alert: Some((
+            AlertKind::PlacementRefused,
+            format!(
+                "host {hostname} refused to build guest {}: {kind}: {}",
+                facts.text("guest_id").unwrap_or_else(|| "?".to_owned()),
+                facts.text("why").unwrap_or_else(|| "?".to_owned()),
             ),
         )),
         event: None,

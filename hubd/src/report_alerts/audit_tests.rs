@@ -52,3 +52,40 @@ fn break_glass_audit_rows_raise_open_and_closed_with_their_facts() {
         .unwrap();
     assert!(message.len() < 1_000, "{}", message.len());
 }
+
+#[test]
+fn a_refused_placement_raises_an_alert_naming_the_volume_its_storage_and_why() {
+    let hot = serde_json::json!({
+        "guest_id": "0190f5a0-0000-7000-8000-0000000000aa",
+        "detail": {
+            "volume": "db", "hot": true, "class": "fast", "storage": "hdd",
+            "reason": "storage_not_fast",
+            "why": "its storage is not of class fast in the signed data plan",
+        },
+    });
+    let (kind, message) = judge("pve1", None, "guest.placement_refused", &hot)
+        .unwrap()
+        .alert
+        .unwrap();
+    assert_eq!(kind, AlertKind::PlacementRefused);
+    for part in [
+        "host pve1",
+        "guest 0190f5a0-0000-7000-8000-0000000000aa",
+        "hot volume db (storage hdd)",
+        "not of class fast",
+    ] {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
+    let bulk = serde_json::json!({ "detail": {
+        "volume": "media", "class": "fast", "reason": "no_target_of_class",
+        "why": "no attached bulk-data target of class fast",
+    }});
+    let (_, message) = judge("pve1", None, "guest.placement_refused", &bulk)
+        .unwrap()
+        .alert
+        .unwrap();
+    assert!(
+        message.contains("bulk volume media: no attached"),
+        "{message}"
+    );
+}

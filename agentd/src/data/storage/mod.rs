@@ -3,6 +3,7 @@
 //! watched, and reported, with the speed class of each target's storage for the local API.
 
 pub mod classes;
+pub mod hot;
 pub mod local_dir;
 pub mod naming;
 pub mod reason;

@@ -179,6 +179,7 @@ impl Progress {
                 | StepName::Size
                 | StepName::ResizeRootfs
                 | StepName::BulkVolume
+                | StepName::HotVolume
                 | StepName::Start
                 | StepName::ManageController
                 | StepName::ChooseSource

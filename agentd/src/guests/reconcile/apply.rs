@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_proto::desired::StorageClass;
 use bosun_pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -270,6 +271,30 @@ impl<P: Pve + 'static> Applier<P> {
                     });
                     (
                         format!("placement:{guest_id}:{volume}:{}", reason.as_str()),
+                        e,
+                    )
+                }
+                Finding::HotRefused {
+                    guest_id,
+                    volume,
+                    storage,
+                    reason,
+                } => {
+                    let mut e = AuditEvent::new("guest.placement_refused");
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({
+                        "volume": volume,
+                        "hot": true,
+                        "class": StorageClass::Fast,
+                        "storage": storage,
+                        "reason": reason.as_str(),
+                        "why": reason.describe(StorageClass::Fast),
+                    });
+                    (
+                        format!(
+                            "placement:{guest_id}:{volume}:{storage}:{}",
+                            reason.as_str()
+                        ),
                         e,
                     )
                 }

@@ -10,7 +10,9 @@
 //!
 //! Nor does it build what cannot be whole: a guest with a bulk volume that has no target of
 //! its class (a `fast` volume on a host whose bulk-data targets are all `slow`) is neither
-//! provisioned nor restored, and each such volume is reported [`Finding::PlacementRefused`].
+//! provisioned nor restored, and each such volume is reported [`Finding::PlacementRefused`];
+//! so is a guest with a hot volume whose storage the signed plan does not class `fast`
+//! ([`Finding::HotRefused`]).
 //!
 //! Per guest, actions come in the order they must run: spec, rootfs, network guard, power.
 
@@ -22,6 +24,7 @@ use bosun_proto::desired::{
 use uuid::Uuid;
 
 use crate::data::recovery::BackupSource;
+use crate::data::storage::hot::HotPlaces;
 
 /// The power state Proxmox reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +96,8 @@ pub struct Facts {
     /// On such a box: the guests that wait for K or for PBS, neither restored nor
     /// provisioned.
     pub awaiting_recovery: BTreeSet<Uuid>,
+    /// Where hot volumes may go: the storages the signed plan (or an attached target) classes.
+    pub hot_places: HotPlaces,
 }
 
 /// Something to do.
@@ -288,6 +293,18 @@ pub enum Finding {
         /// Why it has no place.
         reason: PlacementRefusal,
     },
+    /// A hot volume of a guest to build has no place: its storage (named, or the root
+    /// volume's) is not classed `fast`. Nothing of the guest is built until it is.
+    HotRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// The volume's name.
+        volume: String,
+        /// The storage it would go on.
+        storage: String,
+        /// Why it has no place.
+        reason: PlacementRefusal,
+    },
     /// A lock or a running operation; looked at again next pass.
     Deferred {
         /// The guest.
@@ -317,6 +334,7 @@ impl Plan {
                         | Finding::Migrated { .. }
                         | Finding::Decommissioned { .. }
                         | Finding::PlacementRefused { .. }
+                        | Finding::HotRefused { .. }
                 )
             })
     }
@@ -369,7 +387,7 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
                 let wanted = desired.dr_policy == DrPolicy::Auto || host_loss.is_some();
                 if wanted
                     && failures < facts.restart_limit.max(1)
-                    && placeable(desired, spec, &mut out)
+                    && placeable(desired, spec, &facts.hot_places, &mut out)
                 {
                     out.actions.push(Action::Recover {
                         spec: Box::new(spec.clone()),
@@ -389,7 +407,7 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
                 out.findings.push(Finding::VmidTaken { guest_id, vmid: v });
                 continue;
             }
-            if !placeable(desired, spec, &mut out) {
+            if !placeable(desired, spec, &facts.hot_places, &mut out) {
                 continue;
             }
             out.actions.push(Action::Provision {
@@ -415,9 +433,9 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
     out
 }
 
-/// Whether every bulk volume of `spec` has a target of its class; reports each one that has
-/// none.
-fn placeable(desired: &DesiredState, spec: &GuestSpec, out: &mut Plan) -> bool {
+/// Whether every bulk volume of `spec` has a target of its class and every hot volume a
+/// storage classed `fast`; reports each one that has none.
+fn placeable(desired: &DesiredState, spec: &GuestSpec, hot: &HotPlaces, out: &mut Plan) -> bool {
     let mut placeable = true;
     for volume in &spec.bulk_volumes {
         if let Err(reason) = desired.place_bulk(volume) {
@@ -426,6 +444,17 @@ fn placeable(desired: &DesiredState, spec: &GuestSpec, out: &mut Plan) -> bool {
                 guest_id: spec.guest_id,
                 volume: volume.name.clone(),
                 class: volume.class,
+                reason,
+            });
+        }
+    }
+    for volume in &spec.hot_volumes {
+        if let Err(reason) = hot.place(volume) {
+            placeable = false;
+            out.findings.push(Finding::HotRefused {
+                guest_id: spec.guest_id,
+                volume: volume.name.clone(),
+                storage: hot.storage_of(volume).to_owned(),
                 reason,
             });
         }

@@ -31,6 +31,7 @@ use super::observe::{Observed, observe};
 use super::plan::{Facts, Finding, ObservedPower, plan};
 use crate::data::desired::DesiredSnapshot;
 use crate::data::recovery::host_loss::HostLossSearch;
+use crate::data::storage::hot::HotPlaces;
 use crate::ops::journal::JournalHandle;
 use crate::ops::operation::Origin;
 
@@ -303,27 +304,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 return PassEnd::Settled;
             }
         };
-        let failures = self.applier.failures(&snapshot.state.guests).await;
-        let mut facts = Facts {
-            busy: snapshot
-                .state
-                .guests
-                .iter()
-                .map(|g| g.guest_id)
-                .filter(|g| self.applier.is_busy(*g))
-                // A guest whose container vanished mid-read is judged next pass.
-                .chain(observed.unsettled.iter().copied())
-                .collect(),
-            start_failures: failures.start,
-            restart_limit: self.restart_limit,
-            tokenless: self.applier.tokenless(&observed.guests).await,
-            lost: lost_by_guest(&observed),
-            migrated: migrated_by_guest(&observed),
-            gone: observed.gone.clone(),
-            recover_failures: failures.recover,
-            host_loss: BTreeMap::new(),
-            awaiting_recovery: BTreeSet::new(),
-        };
+        let mut facts = self.facts(&snapshot, &observed).await;
         let mut waiting_reason = None;
         if let Some(search) = &self.host_loss {
             let view = search.look(&snapshot.state, &observed.gone).await;
@@ -379,6 +360,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 migrated: migrated_by_guest(&observed),
                 gone: observed.gone.clone(),
                 awaiting_recovery: facts.awaiting_recovery.clone(),
+                hot_places: facts.hot_places.clone(),
                 ..Facts::default()
             },
         );
@@ -393,6 +375,42 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         let failed = report.outcomes.iter().filter(|o| o.error.is_some()).count();
         let succeeded = report.outcomes.len() - failed;
         pass_end(!again.actions.is_empty(), succeeded, failed)
+    }
+
+    /// What the journal and the agent's memory add to `observed` for one pass (no host loss
+    /// yet: the pass adds it).
+    async fn facts(&self, snapshot: &DesiredSnapshot, observed: &Observed) -> Facts {
+        let failures = self.applier.failures(&snapshot.state.guests).await;
+        Facts {
+            busy: snapshot
+                .state
+                .guests
+                .iter()
+                .map(|g| g.guest_id)
+                .filter(|g| self.applier.is_busy(*g))
+                // A guest whose container vanished mid-read is judged next pass.
+                .chain(observed.unsettled.iter().copied())
+                .collect(),
+            start_failures: failures.start,
+            restart_limit: self.restart_limit,
+            tokenless: self.applier.tokenless(&observed.guests).await,
+            lost: lost_by_guest(observed),
+            migrated: migrated_by_guest(observed),
+            gone: observed.gone.clone(),
+            recover_failures: failures.recover,
+            host_loss: BTreeMap::new(),
+            awaiting_recovery: BTreeSet::new(),
+            hot_places: self.hot_places(snapshot),
+        }
+    }
+
+    /// Where `snapshot`'s hot volumes may go: the storages its signed plan classes.
+    fn hot_places(&self, snapshot: &DesiredSnapshot) -> HotPlaces {
+        HotPlaces::new(
+            &snapshot.state,
+            snapshot.plan.as_ref().map(|p| &p.plan),
+            self.applier.provisioner().root_storage().as_str(),
+        )
     }
 
     fn publish_error(&self, error: String) {

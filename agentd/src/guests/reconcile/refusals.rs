@@ -1,12 +1,13 @@
 //! What of a generation the host will not apply, as the report names it
 //! ([`bosun_proto::refused`]): the planner's refusals (a root disk asked smaller than the
-//! guest's, a bulk volume with no target of its class) and the data-plan gate's (a storage
+//! guest's, a bulk volume with no target of its class, a hot volume on a storage not classed
+//! `fast`) and the data-plan gate's (a storage
 //! target or tier the signed plan does not allow, [`crate::data::desired::plan_gate`]).
 //!
 //! A pass that leaves any of them is not converged: the generation is not reported applied
 //! while part of it is refused (decision 0065).
 
-use bosun_proto::desired::GuestSpec;
+use bosun_proto::desired::{GuestSpec, StorageClass};
 use bosun_proto::refused::{MAX_REFUSED, Refused, RefusedKind};
 use bosun_proto::report::TargetReason;
 
@@ -49,6 +50,21 @@ pub fn of(guests: &[GuestSpec], findings: &[Finding], gate: &[Refusal]) -> Vec<R
             guest_id: Some(*guest_id),
             field: Some(format!("bulk_volumes.{volume}")),
             reason: reason.describe(*class),
+        }),
+        Finding::HotRefused {
+            guest_id,
+            volume,
+            storage,
+            reason,
+        } => Some(Refused {
+            kind: RefusedKind::GuestField,
+            name: hostname(*guest_id),
+            guest_id: Some(*guest_id),
+            field: Some(format!("hot_volumes.{volume}")),
+            reason: format!(
+                "a hot volume goes only on a fast storage, and {storage} is not one: {}",
+                reason.describe(StorageClass::Fast)
+            ),
         }),
         _ => None,
     });

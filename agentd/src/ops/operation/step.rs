@@ -78,6 +78,8 @@ step_names! {
     ResizeRootfs => "resize_rootfs", waited as ResizeDisk, found as None,
     /// A bulk volume attached as a mount point.
     BulkVolume => "bulk_volume", waited as TaskStatus, found as None,
+    /// A hot volume attached as a mount point on a `fast` storage.
+    HotVolume => "hot_volume", waited as TaskStatus, found as None,
     /// A guest started.
     Start => "start", waited as StartCt, found as None,
     /// A provisioned guest's controller record set to its golden base's signed digest (a
@@ -254,6 +256,7 @@ mod tests {
         ("size", StepName::Size),
         ("resize_rootfs", StepName::ResizeRootfs),
         ("bulk_volume", StepName::BulkVolume),
+        ("hot_volume", StepName::HotVolume),
         ("start", StepName::Start),
         ("choose_source", StepName::ChooseSource),
         ("start_isolated", StepName::StartIsolated),

@@ -185,6 +185,7 @@ fn spec(n: u128, power: Power) -> GuestSpec {
             version: None,
         },
         bulk_volumes: Vec::new(),
+        hot_volumes: Vec::new(),
         thresholds: None,
     }
 }

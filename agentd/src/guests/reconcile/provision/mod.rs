@@ -44,6 +44,7 @@
 
 pub mod dr_identity;
 mod dr_restore;
+mod hot;
 mod restore;
 mod steps;
 
@@ -289,6 +290,12 @@ impl<P: Pve + 'static> Provisioner<P> {
     pub fn with_guest_helper(mut self, helper: Option<HelperClient>) -> Self {
         self.guest_helper = helper;
         self
+    }
+
+    /// The storage root volumes are restored onto (where a hot volume that names no storage
+    /// goes).
+    pub fn root_storage(&self) -> &StorageId {
+        &self.storage
     }
 
     /// Places bulk volumes on the targets of the desired state `desired` holds.

@@ -22,7 +22,7 @@ use crate::ops::operation::{OpJournal, StepError};
 impl<P: Pve + 'static> Provisioner<P> {
     /// The steps of a bring-up, in order: the guest restored (or the one an interrupted
     /// operation restored taken up), its identity reset, the network guard put on, sized,
-    /// its root volume grown, its bulk volumes attached, the extensions, the in-guest
+    /// its root volume grown, its bulk and hot volumes attached, the extensions, the in-guest
     /// identity reset of a DR whose source may still run, `start`, and the post-start
     /// steps. `created` holds the vmid this operation restored, for the rollback.
     pub(super) async fn steps(
@@ -40,6 +40,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         self.size(op, spec, vmid).await?;
         self.resize_rootfs(op, spec, vmid, &config).await?;
         self.bulk_volumes(op, spec, vmid).await?;
+        self.hot_volumes(op, spec, vmid).await?;
         let cx = ProvisionContext {
             pve,
             op,
@@ -377,7 +378,8 @@ impl<P: Pve + 'static> Provisioner<P> {
             .map_err(|refusal| refusal.describe(volume.class))
     }
 
-    /// Refuses `spec` when one of its bulk volumes has no target of its class.
+    /// Refuses `spec` when one of its bulk volumes has no target of its class or one of its
+    /// hot volumes no `fast` storage.
     #[expect(
         clippy::result_large_err,
         reason = "StepError is the one error of every journaled step"
@@ -392,6 +394,13 @@ impl<P: Pve + 'static> Provisioner<P> {
                 op_id: op.op_id(),
                 step: "bulk_volume".into(),
                 reason: format!("bulk volume {}: {why}", volume.name),
+            })?;
+        }
+        for volume in &spec.hot_volumes {
+            self.place_hot(volume).map_err(|why| StepError::Other {
+                op_id: op.op_id(),
+                step: "hot_volume".into(),
+                reason: format!("hot volume {}: {why}", volume.name),
             })?;
         }
         Ok(())
@@ -438,6 +447,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                     storage: storage.clone(),
                     size_gib: volume.size_gib,
                     path: volume.path.clone(),
+                    backup: false,
                 },
             );
             let update = ConfigUpdate {
