@@ -19,7 +19,7 @@
 //!   secret reaches neither the report nor the hub;
 //! - guest-loss disaster recovery keeps the guest's hostname: restored at another vmid (its
 //!   source may still run), the same hostname reaches the restored guest's address, and the
-//!   guest reads `tunnel.route_readdressed` in its audit log.
+//!   guest reads in its audit log that it left the old container and reached the new one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -424,15 +424,23 @@ async fn sealed_credentials_reach_the_tunnel_and_a_hub_cannot_swap_them() {
     let audit = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
     let refused: Vec<_> = audit
         .iter()
-        .filter(|r| r.event == "tunnel.credentials_refused")
+        .filter(|r| r.event.event == "tunnel.credentials_refused")
         .collect();
     assert_eq!(refused.len(), swaps.len(), "each refused blob audited once");
-    assert!(refused.iter().any(|r| r.detail["fields"] == "tunnel_id"));
-    assert!(refused.iter().any(|r| r.detail["fields"] == "host_id"));
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.event.detail["fields"] == "tunnel_id")
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.event.detail["fields"] == "host_id")
+    );
     assert_eq!(
         audit
             .iter()
-            .filter(|r| r.event == "tunnel.credentials_written")
+            .filter(|r| r.event.event == "tunnel.credentials_written")
             .count(),
         1
     );
@@ -546,9 +554,14 @@ async fn a_guest_restored_elsewhere_keeps_its_hostname_at_its_new_address() {
         },
     )
     .await;
+    // The guest reads it: the hostname left the container that stopped being it (the catch-all
+    // answered meanwhile, never a possible copy of it), then reached it where it came back.
     let told = audit_events(&agent, a).await;
-    assert_eq!(told[0].0, "tunnel.route_readdressed", "{told:?}");
+    assert_eq!(told[0].0, "tunnel.route_added", "{told:?}");
     assert_eq!(told[0].1["hostname"], "shop.example.com");
+    assert_eq!(told[0].1["service"], service(new_vmid, 80).as_str());
+    assert_eq!(told[1].0, "tunnel.route_removed", "{told:?}");
+    assert_eq!(told[1].1["service"], service(vmid, 80).as_str());
 
     agent.stop().await;
     stand_in.stop().await;
