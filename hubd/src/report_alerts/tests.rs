@@ -44,7 +44,6 @@ fn report() -> StateReport {
         verifications: Vec::new(),
         host_health: None,
         data_plan: None,
-        tunnel_credentials: None,
         refused: Vec::new(),
     }
 }
