@@ -462,8 +462,8 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             format!(
                 "REQUIRED since {}: its storage credentials were sealed to the replaced box; pin \
                  the new box's recipient from its console (`bosunctl hosts pin-recipient`), seal \
-                 them again to it for each target (`bosunctl secret seal --target-file`) and put \
-                 the desired state",
+                 them again to it for each target (`bosunctl secret seal --target-file`) and the \
+                 tunnel (`--tunnel-id`), and put the desired state",
                 table::when(Some(since))
             ),
         ));

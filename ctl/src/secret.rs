@@ -14,6 +14,11 @@
 //! target's JSON (`--target-file`) or given as flags (`--type`, `--durable-id`, …): the
 //! agent opens it for that target on that host only, so a hub cannot move the password onto
 //! a server of its own.
+//!
+//! `--tunnel-id UUID` seals the tunnel's credentials instead (the credentials file
+//! `cloudflared tunnel create` wrote, for desired state's `tunnel_credentials`): the same
+//! document names the tunnel in place of a target, and the agent opens it for that tunnel on
+//! that host only, refusing a credentials file of another tunnel (decision 0084).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -22,7 +27,7 @@ use std::str::FromStr;
 use bosun_proto::admin::HostDetail;
 use bosun_proto::data_plan::TargetIdentity;
 use bosun_proto::desired::{StorageTarget, StorageType};
-use bosun_proto::sealed_credential::SealedCredential;
+use bosun_proto::sealed_credential::{SealedCredential, TunnelCredential};
 use bosun_proto::secret::{SealedSecret, SecretToken};
 use clap::Subcommand;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -40,8 +45,9 @@ const MAX_PLAINTEXT: usize = 8 * 1024;
 /// Secrets for hosts.
 #[derive(Debug, Subcommand)]
 pub enum SecretCommand {
-    /// Seal a target's secret to a host; prints the armored ciphertext for desired state.
-    /// The secret opens on that host for that target only.
+    /// Seal a target's secret (or the tunnel's credentials, with --tunnel-id) to a host;
+    /// prints the armored ciphertext for desired state. The secret opens on that host for
+    /// that target (or tunnel) only.
     Seal {
         /// The host whose recipient seals it: its id or its hostname. The recipient is the
         /// one pinned for it (`hosts approve --recipient`, `hosts pin-recipient`).
@@ -69,10 +75,15 @@ pub struct TargetArgs {
     #[arg(
         long,
         value_name = "FILE",
-        required_unless_present = "kind",
-        conflicts_with_all = ["kind", "durable_id", "namespace", "username", "serial"]
+        required_unless_present_any = ["kind", "tunnel_id"],
+        conflicts_with_all = ["kind", "durable_id", "namespace", "username", "serial", "tunnel_id"]
     )]
     pub target_file: Option<PathBuf>,
+    /// Seal the tunnel's credentials (cloudflared's credentials JSON) for the tunnel with this
+    /// UUID, as the signed data plan's `tunnel.tunnel_id` names it; the ciphertext goes into
+    /// desired state's `tunnel_credentials`.
+    #[arg(long, value_name = "UUID", conflicts_with = "kind")]
+    pub tunnel_id: Option<Uuid>,
     /// The target's type (instead of --target-file).
     #[arg(
         long = "type",
@@ -142,6 +153,49 @@ fn target_from_file(path: &std::path::Path) -> Result<StorageTarget, CtlError> {
     })
 }
 
+/// What a secret is sealed for.
+enum Subject {
+    /// A storage target's whole identity.
+    Target(TargetIdentity),
+    /// The tunnel with this UUID.
+    Tunnel(Uuid),
+}
+
+/// Refuses to seal what the agent would refuse: anything but cloudflared's credentials JSON
+/// for `tunnel_id` (never quoting it).
+fn check_tunnel_file(secret: &str, tunnel_id: Uuid) -> Result<(), CtlError> {
+    /// The fields checked, borrowed from the secret.
+    #[derive(serde::Deserialize)]
+    struct CloudflaredFile<'a> {
+        #[serde(rename = "AccountTag", borrow, default)]
+        account: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "TunnelSecret", borrow, default)]
+        secret: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "TunnelID", borrow, default)]
+        tunnel: Option<std::borrow::Cow<'a, str>>,
+    }
+    let bad = |reason: &str| CtlError::BadArgument {
+        what: "secret",
+        reason: format!("not a cloudflared credentials file for tunnel {tunnel_id}: {reason}"),
+    };
+    let file: CloudflaredFile<'_> = serde_json::from_str(secret).map_err(|_| bad("not JSON"))?;
+    if file.account.as_deref().is_none_or(str::is_empty) {
+        return Err(bad("no AccountTag"));
+    }
+    if file.secret.as_deref().is_none_or(str::is_empty) {
+        return Err(bad("no TunnelSecret"));
+    }
+    let named = file
+        .tunnel
+        .as_deref()
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .ok_or_else(|| bad("no TunnelID"))?;
+    if named != tunnel_id {
+        return Err(bad("its TunnelID names another tunnel"));
+    }
+    Ok(())
+}
+
 /// Runs a secret command.
 pub async fn run(
     client: &HubClient,
@@ -155,7 +209,10 @@ pub async fn run(
             file,
             target,
         } => {
-            let identity = target.identity()?;
+            let subject = match target.tunnel_id {
+                Some(tunnel_id) => Subject::Tunnel(tunnel_id),
+                None => Subject::Target(target.identity()?),
+            };
             let explicit = recipient
                 .as_deref()
                 .map(|r| crate::recipients::parse_recipient("--recipient", r))
@@ -170,8 +227,19 @@ pub async fn run(
                 what: "secret",
                 reason: "not UTF-8 text".to_owned(),
             })?;
-            let credential = SealedCredential::new(host, identity, SecretToken::new(secret));
-            let sealed = seal(&recipient, &credential)?;
+            let sealed = match subject {
+                Subject::Target(identity) => seal(
+                    &recipient,
+                    &SealedCredential::new(host, identity, SecretToken::new(secret)),
+                )?,
+                Subject::Tunnel(tunnel_id) => {
+                    check_tunnel_file(secret, tunnel_id)?;
+                    seal(
+                        &recipient,
+                        &TunnelCredential::new(host, tunnel_id, SecretToken::new(secret)),
+                    )?
+                }
+            };
             crate::table::block(sealed.armored())
         }
     }
@@ -225,9 +293,12 @@ fn read_secret(file: Option<&PathBuf>) -> Result<Zeroizing<Vec<u8>>, CtlError> {
     Ok(bytes)
 }
 
-/// Seals `credential` (a secret bound to its host and target) to the age recipient
-/// `recipient`.
-pub fn seal(recipient: &str, credential: &SealedCredential) -> Result<SealedSecret, CtlError> {
+/// Seals `credential` (a secret bound to its host and target or tunnel: a
+/// [`SealedCredential`] or a [`TunnelCredential`]) to the age recipient `recipient`.
+pub fn seal<T: serde::Serialize>(
+    recipient: &str,
+    credential: &T,
+) -> Result<SealedSecret, CtlError> {
     let bad = |reason: String| CtlError::BadArgument {
         what: "recipient",
         reason,
@@ -346,5 +417,53 @@ mod tests {
         assert_eq!(opened.host_id, host);
         assert_eq!(opened.target, target);
         assert_eq!(opened.secret.expose(), "pbs-password-4711");
+    }
+
+    #[test]
+    fn the_tunnels_credentials_are_sealed_for_its_tunnel_only() {
+        let tunnel = uuid::Uuid::new_v4();
+        let args = seal_args(&["--tunnel-id", &tunnel.to_string()]).unwrap();
+        assert_eq!(args.tunnel_id, Some(tunnel));
+        for both in [
+            &[
+                "--tunnel-id",
+                "6ff42ae2-765d-4adf-8112-31c55c1551ef",
+                "--type",
+                "pbs",
+                "--durable-id",
+                "x",
+            ][..],
+            &[
+                "--tunnel-id",
+                "6ff42ae2-765d-4adf-8112-31c55c1551ef",
+                "--target-file",
+                "t.json",
+            ],
+            &["--tunnel-id", "not-a-uuid"],
+        ] {
+            assert!(seal_args(both).is_err(), "{both:?} parsed");
+        }
+        let file = format!(
+            r#"{{"AccountTag":"acct","TunnelSecret":"c2VjcmV0LTQ3MTE=","TunnelID":"{tunnel}"}}"#
+        );
+        check_tunnel_file(&file, tunnel).unwrap();
+        for bad in [
+            "c2VjcmV0LTQ3MTE=".to_owned(),
+            file.replace(&tunnel.to_string(), &uuid::Uuid::new_v4().to_string()),
+            file.replace("TunnelSecret", "Secret"),
+        ] {
+            let err = check_tunnel_file(&bad, tunnel).unwrap_err();
+            assert!(!err.to_string().contains("c2VjcmV0"), "{err}");
+        }
+
+        let identity = age::x25519::Identity::generate();
+        let host = uuid::Uuid::new_v4();
+        let credential = TunnelCredential::new(host, tunnel, SecretToken::new(file.clone()));
+        let sealed = seal(&identity.to_public().to_string(), &credential).unwrap();
+        assert!(!sealed.armored().contains("c2VjcmV0"));
+        let plaintext = age::decrypt(&identity, sealed.armored().as_bytes()).unwrap();
+        let opened = TunnelCredential::from_plaintext(&plaintext).unwrap();
+        assert_eq!((opened.host_id, opened.tunnel_id), (host, tunnel));
+        assert_eq!(opened.secret.expose(), file);
     }
 }

@@ -197,7 +197,8 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
                 "  RESEAL            the host was replaced; its storage credentials were sealed to the \
                  lost box (since {}): pin the new box's recipient (bosunctl hosts pin-recipient {} \
                  --recipient age1…, from bosun-agentctl status on its console), then bosunctl \
-                 secret seal --host {} --target-file TARGET.json, for each target",
+                 secret seal --host {} --target-file TARGET.json, for each target (and \
+                 --tunnel-id UUID for the tunnel's credentials)",
                 table::when(Some(since)),
                 s.host_id,
                 s.host_id
@@ -351,6 +352,9 @@ pub fn tunnel_text(tunnel: &bosun_proto::report::TunnelHealth) -> String {
         text.push_str(&format!(", {} restart(s)", m.restarts));
         if let Some(e) = &m.error {
             text.push_str(&format!(", error: {e}"));
+        }
+        if let Some(e) = &m.credentials_error {
+            text.push_str(&format!(", credentials not written: {e}"));
         }
     }
     text

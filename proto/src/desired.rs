@@ -57,6 +57,12 @@ pub struct DesiredState {
     /// may go ([`crate::data_plan`]). Storage targets and tiers it does not name are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_plan: Option<crate::signed::SignedDocument>,
+    /// The tunnel's credentials (cloudflared's credentials file), sealed by the operator to
+    /// this host's age recipient and bound to this host and the tunnel the signed plan names
+    /// (a `bosun.sealed-credential/v1` document naming `tunnel_id`; decision 0084). The agent
+    /// writes them where the tunnel's configuration names its credentials file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_credentials: Option<crate::secret::SealedSecret>,
 }
 
 /// One guest (an LXC container) and its spec.

@@ -26,7 +26,7 @@
 //! | [`data_plan`] | `bosun.data-plan/v1`, where a host's customer data may go, as the operator signed it |
 //! | [`retention`] | `bosun.retention-floor/v1`, the least retention an operator signed for a host |
 //! | [`tunnel`] | the tunnel's signed routes (in the data plan) and its state in a report |
-//! | [`sealed_credential`] | `bosun.sealed-credential/v1`, a storage secret bound to its host and target |
+//! | [`sealed_credential`] | `bosun.sealed-credential/v1`, a storage or tunnel secret bound to its host and target or tunnel |
 //! | [`signed`] | the wrapper every operator-signed document travels in |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |

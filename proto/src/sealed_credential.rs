@@ -1,11 +1,18 @@
-//! `bosun.sealed-credential/v1`: the plaintext inside a sealed storage credential.
+//! `bosun.sealed-credential/v1`: the plaintext inside a sealed credential.
 //!
 //! Sealing to a host's recipient only says who can open a secret, not what it is for: a hub
 //! holding the ciphertext could copy it onto a target of its own choosing. So what the
-//! operator seals (`bosunctl secret seal --host … --target-file …`) names the host and the
-//! whole identity of the one target the secret belongs to, and the agent opens it for that
-//! target on that host only (DESIGN §5). The document lives in its own module, above both
-//! [`crate::secret`] and [`crate::data_plan`], which it joins.
+//! operator seals (`bosunctl secret seal --host … --target-file …`) names the host and what
+//! the secret is for, and the agent opens it for that on that host only (DESIGN §5):
+//!
+//! - a storage credential ([`SealedCredential`]) names the whole identity of its target;
+//! - the tunnel's credentials ([`TunnelCredential`], `bosunctl secret seal --tunnel-id`) name
+//!   the tunnel's UUID (decision 0084).
+//!
+//! Both are one schema: the field that names what the secret is for (`target` or
+//! `tunnel_id`) tells them apart, and each parser refuses the other's document, so a storage
+//! password cannot become the tunnel's credentials or the other way round. The document lives
+//! in its own module, above both [`crate::secret`] and [`crate::data_plan`], which it joins.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -16,7 +23,7 @@ use crate::secret::SecretToken;
 /// Schema of [`SealedCredential`].
 pub const CREDENTIAL_SCHEMA: &str = "bosun.sealed-credential/v1";
 
-/// What is sealed: one target's secret (a CIFS or PBS password), bound to a host and to the
+/// What is sealed for storage: one target's secret (a CIFS or PBS password), bound to a host and to the
 /// target's whole identity. `Debug` redacts the secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,21 +70,61 @@ impl SealedCredential {
 
     /// Parses an opened plaintext.
     pub fn from_plaintext(plaintext: &[u8]) -> Result<Self, CredentialDocumentError> {
-        /// Only the schema: tells a legacy raw secret from another document.
-        #[derive(Deserialize)]
-        struct Probe {
-            schema: Option<String>,
-        }
-        let probe: Probe =
-            serde_json::from_slice(plaintext).map_err(|_| CredentialDocumentError::NotADocument)?;
-        let schema = probe.schema.ok_or(CredentialDocumentError::NotADocument)?;
-        if schema != CREDENTIAL_SCHEMA {
-            return Err(CredentialDocumentError::Schema {
-                found: schema.chars().take(64).collect(),
-            });
-        }
+        check_schema(plaintext)?;
         serde_json::from_slice(plaintext).map_err(|_| CredentialDocumentError::Malformed)
     }
+}
+
+/// What is sealed for the tunnel: its credentials (the credentials file `cloudflared tunnel
+/// create` wrote), bound to a host and to the tunnel's UUID. `Debug` redacts the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelCredential {
+    /// Always [`CREDENTIAL_SCHEMA`].
+    pub schema: String,
+    /// The host that may open it.
+    pub host_id: Uuid,
+    /// The tunnel it is for.
+    pub tunnel_id: Uuid,
+    /// The secret itself.
+    pub secret: SecretToken,
+}
+
+impl TunnelCredential {
+    /// The document binding `secret` to `host_id` and `tunnel_id`.
+    pub fn new(host_id: Uuid, tunnel_id: Uuid, secret: SecretToken) -> Self {
+        Self {
+            schema: CREDENTIAL_SCHEMA.to_owned(),
+            host_id,
+            tunnel_id,
+            secret,
+        }
+    }
+
+    /// Parses an opened plaintext; a storage credential is [`CredentialDocumentError::Malformed`]
+    /// here (it names a `target`, not a `tunnel_id`).
+    pub fn from_plaintext(plaintext: &[u8]) -> Result<Self, CredentialDocumentError> {
+        check_schema(plaintext)?;
+        serde_json::from_slice(plaintext).map_err(|_| CredentialDocumentError::Malformed)
+    }
+}
+
+/// Whether `plaintext` is a JSON object whose `schema` is [`CREDENTIAL_SCHEMA`].
+fn check_schema(plaintext: &[u8]) -> Result<(), CredentialDocumentError> {
+    /// Only the schema: tells a legacy raw secret from another document.
+    #[derive(Deserialize)]
+    struct Probe {
+        schema: Option<String>,
+    }
+    let probe: Probe =
+        serde_json::from_slice(plaintext).map_err(|_| CredentialDocumentError::NotADocument)?;
+    let schema = probe.schema.ok_or(CredentialDocumentError::NotADocument)?;
+    if schema != CREDENTIAL_SCHEMA {
+        return Err(CredentialDocumentError::Schema {
+            found: schema.chars().take(64).collect(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -143,6 +190,36 @@ mod tests {
         assert_eq!(
             SealedCredential::from_plaintext(json.to_string().as_bytes()),
             Err(CredentialDocumentError::Malformed)
+        );
+    }
+
+    #[test]
+    fn a_tunnel_credential_and_a_storage_credential_are_never_taken_for_each_other() {
+        let host = Uuid::new_v4();
+        let tunnel = TunnelCredential::new(host, Uuid::from_u128(7), SecretToken::new("s3cr3t"));
+        let bytes = serde_json::to_vec(&tunnel).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(json["schema"], CREDENTIAL_SCHEMA);
+        assert_eq!(json["tunnel_id"], Uuid::from_u128(7).to_string());
+        assert_eq!(TunnelCredential::from_plaintext(&bytes).unwrap(), tunnel);
+        assert!(!format!("{tunnel:?}").contains("s3cr3t"));
+        assert_eq!(
+            SealedCredential::from_plaintext(&bytes),
+            Err(CredentialDocumentError::Malformed)
+        );
+        let storage = serde_json::to_vec(&SealedCredential::new(
+            host,
+            pbs(),
+            SecretToken::new("s3cr3t"),
+        ))
+        .unwrap();
+        assert_eq!(
+            TunnelCredential::from_plaintext(&storage),
+            Err(CredentialDocumentError::Malformed)
+        );
+        assert_eq!(
+            TunnelCredential::from_plaintext(b"s3cr3t"),
+            Err(CredentialDocumentError::NotADocument)
         );
     }
 }

@@ -130,6 +130,10 @@ pub struct TunnelState {
     /// Why the configuration could not be written or the service restarted, when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why desired state's sealed tunnel credentials were not written (refused: sealed for
+    /// another tunnel or host, or not to this host), when they were not. Never the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_error: Option<String>,
 }
 
 impl TunnelState {
@@ -141,6 +145,9 @@ impl TunnelState {
         }
         if let Some(error) = &self.error {
             crate::health::detail(|| "tunnel.managed.error".into(), error)?;
+        }
+        if let Some(error) = &self.credentials_error {
+            crate::health::detail(|| "tunnel.managed.credentials_error".into(), error)?;
         }
         Ok(())
     }

@@ -12,11 +12,19 @@
 //! encrypted with two keys: the new sheet's words bring both back, and each guest comes back
 //! from its archive, an archive of the retired key through the storage that holds it.
 //!
+//! The host's signed plan routes a hostname to each guest through its tunnel, and the tunnel's
+//! credentials are sealed to the old box. The operator reseals them to the new box with the
+//! storage credentials (decision 0084); the new box, configured with a tunnel (the
+//! cloudflared stand-in), writes the same hostnames to its restored guests and the credentials
+//! file.
+//!
 //! A wiretap in front of the hub keeps every byte the agents sent; neither the words nor any
-//! key are in it, nor anywhere in the hub's data directory.
+//! key nor the tunnel's secret are in it, nor anywhere in the hub's data directory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
+#[path = "tunnel_support/cloudflared.rs"]
+mod cloudflared;
 mod escrow_support;
 
 use std::collections::BTreeMap;
@@ -37,6 +45,31 @@ use reqwest::Method;
 use serde_json::json;
 
 const MARKER: &str = "/root/bosun-host-loss-marker";
+const TUNNEL_ID: u128 = 0x6ff4_2ae2_765d_4adf_8112_31c5_5c15_51ef;
+
+/// `desired` with an operator-signed plan (its own, with the tunnel) routing
+/// `NAME.example.com` to each guest.
+fn with_tunnel(
+    desired: &serde_json::Value,
+    host: uuid::Uuid,
+    guests: &[(uuid::Uuid, String, u32)],
+) -> serde_json::Value {
+    let mut plan = signing::plan_of(desired, host);
+    plan.tunnel = Some(bosun_proto::tunnel::PlanTunnel {
+        tunnel_id: uuid::Uuid::from_u128(TUNNEL_ID),
+        routes: guests
+            .iter()
+            .map(|(guest_id, name, _)| bosun_proto::tunnel::TunnelRoute {
+                hostname: format!("{name}.example.com"),
+                guest_id: *guest_id,
+                port: 80,
+            })
+            .collect(),
+    });
+    let mut desired = desired.clone();
+    desired["data_plan"] = signing::signed_plan(&plan);
+    desired
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
@@ -90,6 +123,14 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
     let password = old.password.clone();
     let mut state = old.state.clone();
     let pbs = old.pbs.clone();
+    // The operator signs the tunnel's routes and seals its credentials to the old box.
+    let tunnel = uuid::Uuid::from_u128(TUNNEL_ID);
+    let tunnel_secret = format!("tunnel-secret-{}", uuid::Uuid::new_v4().simple());
+    let tunnel_file = cloudflared::credentials_json(tunnel, &tunnel_secret);
+    state = with_tunnel(&state, host, &old.guests);
+    state["tunnel_credentials"] =
+        cloudflared::seal_credentials(&old_recipient, host, tunnel, &tunnel_file).into();
+    hub.put_desired(host, &state).await;
     old.storage_holds_current_key().await;
     let mut before = BTreeMap::new();
     let back_up = |index: usize| {
@@ -111,7 +152,10 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
     let k = PbsKey::load_existing(&old_config.state_dir)
         .unwrap()
         .unwrap();
-    let mut secrets = vec![(key_data(&k), k.key_file_json().as_str().to_owned())];
+    let mut secrets = vec![
+        (key_data(&k), k.key_file_json().as_str().to_owned()),
+        (tunnel_secret.clone(), tunnel_file.clone()),
+    ];
 
     let sheet_dir = tempfile::tempdir().unwrap();
     let options = sheet_options(sheet_dir.path());
@@ -229,6 +273,30 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
     new_sim.import_remote(PBS, offsite).unwrap();
     let new_files = agent_files(&new_sim, &tap.url, &hub.fingerprint, Some(&restore_token));
     let _ = new_files.trusted_operator();
+    // The new box runs the tunnel (its replicas the stand-in), with no credentials yet.
+    let tunnel_dir = tempfile::tempdir().unwrap();
+    let tunnel_config = tunnel_dir.path().join("config.yml");
+    let tunnel_credentials = tunnel_dir.path().join("credentials.json");
+    std::fs::write(
+        &tunnel_config,
+        format!(
+            "tunnel: {tunnel}\ncredentials-file: \"{}\"\ningress:\n  - service: http_status:404\n",
+            tunnel_credentials.display()
+        ),
+    )
+    .unwrap();
+    let stand_in = cloudflared::StandIn::start(
+        tunnel_dir.path(),
+        &tunnel_config,
+        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
+    )
+    .await;
+    let mut config_text = std::fs::read_to_string(&new_files.config_path).unwrap();
+    config_text.push_str(&stand_in.agent_config(
+        &tunnel_credentials,
+        "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_timeout_ms = 5000\n",
+    ));
+    std::fs::write(&new_files.config_path, config_text).unwrap();
     let new_agent = InProcessAgent::start(&new_files.config_path).await;
     assert_eq!(new_agent.handles.host_id, host, "the new box is the host");
     let new_config = AgentConfig::load(&new_files.config_path).unwrap();
@@ -277,6 +345,8 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
     };
     assert!(hub.host(host).await["reseal_required_since"].is_string());
     with_pbs(&mut state, host, &new_recipient, &password);
+    state["tunnel_credentials"] =
+        cloudflared::seal_credentials(&new_recipient, host, tunnel, &tunnel_file).into();
     hub.put_desired(host, &state).await;
 
     // The customer types the words.
@@ -296,8 +366,13 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
         assert_eq!(ring.fingerprints(), vec![current.clone()]);
     }
 
+    let mut routes = BTreeMap::new();
     for (guest, name, _) in &guests {
         let vmid = running_vmid(&new_agent.handles.reconcile, *guest).await;
+        routes.insert(
+            format!("{name}.example.com"),
+            format!("http://{}:80", bosun_pvesim::dhcp_address(vmid)),
+        );
         let (old_vmid, archive) = &before[guest];
         assert_eq!(vmid, *old_vmid, "the archive's vmid was free");
         // An archive of the retired key is read through the storage that holds it.
@@ -321,6 +396,28 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
         );
     }
     let took = lost_at.elapsed();
+    // The new box serves the same hostnames, at the restored guests, with the credentials.
+    eventually(
+        Duration::from_secs(30),
+        "the new box's tunnel routes every hostname with the resealed credentials",
+        || async {
+            let id = Some(tunnel.to_string());
+            (0..2).all(|i| stand_in.routes(i) == routes && stand_in.credentials(i) == id)
+        },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(&tunnel_credentials).unwrap(),
+        tunnel_file
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&tunnel_credentials)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640);
+    }
     assert!(
         !agent_restores(&new_sim)
             .iter()
@@ -410,6 +507,7 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
     }
 
     new_agent.stop().await;
+    stand_in.stop().await;
     hub.stop().await;
     new_sim.shutdown().await;
     took

@@ -12,7 +12,15 @@
 //!   guest whose container is destroyed loses its hostnames instead of keeping its old address;
 //! - a replica that stays unready is restarted after `restart_after` failed probes (the time
 //!   from the failure to the restart is printed), and the report carries the tunnel's
-//!   connections, version and restarts.
+//!   connections, version and restarts;
+//! - the tunnel's credentials, sealed to the host and bound to it and to the tunnel
+//!   (decision 0084), are written where the configuration names them (mode 0640) and the
+//!   replicas restarted to read them; a hub that swaps the sealed blob (another tunnel's,
+//!   another host's, one sealed to another box, a storage password) changes nothing, and the
+//!   secret reaches neither the report nor the hub;
+//! - guest-loss disaster recovery keeps the guest's hostname: restored at another vmid (its
+//!   source may still run), the same hostname reaches the restored guest's address, and the
+//!   guest reads in its audit log that it left the old container and reached the new one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -278,6 +286,288 @@ async fn an_unready_replica_is_restarted_and_the_report_says_so() {
     .await;
     let t = report().await;
     assert!(!t.to_string().contains("credentials"), "{t}");
+
+    agent.stop().await;
+    stand_in.stop().await;
+    hub.stop().await;
+    drop(sim);
+}
+
+/// Every file under `dir`, with its bytes.
+fn files_under(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path.display().to_string(), bytes));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_credentials_reach_the_tunnel_and_a_hub_cannot_swap_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let (sim, hub, files) = enrolled_stack().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("config.yml");
+    let credentials = dir.path().join("credentials.json");
+    initial_config(&config_file, &credentials);
+    let stand_in = cloudflared::StandIn::start(
+        dir.path(),
+        &config_file,
+        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
+    )
+    .await;
+    append_config(
+        &files,
+        &stand_in.agent_config(
+            &credentials,
+            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
+        ),
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let a = Uuid::new_v4();
+    let base = desired(&sim, &[(a, "shop")], "running");
+    hub.put_desired(host, &base).await;
+    let vmid = running_vmid(&agent.handles.reconcile, a).await;
+    let recipient = hub_recipient(&hub, host).await;
+    let tunnel = Uuid::from_u128(TUNNEL_ID);
+
+    // The operator signs the route and seals the tunnel's credentials to the host.
+    let secret = format!("tunnel-secret-{}", Uuid::new_v4().simple());
+    let file = cloudflared::credentials_json(tunnel, &secret);
+    let mut signed = with_routes(&base, host, &[("shop.example.com", a, 80)]);
+    signed["tunnel_credentials"] =
+        cloudflared::seal_credentials(&recipient, host, tunnel, &file).into();
+    hub.put_desired_unplanned(host, &signed).await;
+    let want = BTreeMap::from([("shop.example.com".to_owned(), service(vmid, 80))]);
+    both_replicas_route(&stand_in, &want).await;
+    eventually(
+        Duration::from_secs(30),
+        "both replicas run with the sealed credentials",
+        || async {
+            let id = Some(tunnel.to_string());
+            stand_in.credentials(0) == id && stand_in.credentials(1) == id
+        },
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&credentials).unwrap(), file);
+    let mode = std::fs::metadata(&credentials)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o640, "the tunnel's group reads it, nobody else");
+    let restarts = (stand_in.restarts(0).len(), stand_in.restarts(1).len());
+
+    // A hostile hub swaps the sealed blob, four ways; each is refused and changes nothing.
+    let other_tunnel = Uuid::new_v4();
+    let other_box = tempfile::tempdir().unwrap();
+    let stranger =
+        bosun_agentd::trust::keys::sealing::StorageIdentity::load_or_create(other_box.path())
+            .unwrap()
+            .recipient();
+    let pbs_target = serde_json::json!({
+        "type": "pbs", "durable_id": "backup@pbs@pbs.example.net:store1", "class": "slow",
+        "role": "pbs-offsite", "policy": {}, "state": "attached",
+    });
+    let swaps = [
+        (
+            cloudflared::seal_credentials(
+                &recipient,
+                host,
+                other_tunnel,
+                &cloudflared::credentials_json(other_tunnel, "other-tunnel-secret"),
+            ),
+            "sealed for tunnel",
+        ),
+        (
+            cloudflared::seal_credentials(&recipient, Uuid::new_v4(), tunnel, &file),
+            "sealed for host",
+        ),
+        (
+            cloudflared::seal_credentials(&stranger, host, tunnel, &file),
+            "do not open",
+        ),
+        (
+            seal_for(&recipient, host, &pbs_target, "pbs-password"),
+            "not bound to a tunnel",
+        ),
+    ];
+    for (blob, why) in &swaps {
+        let mut swapped = signed.clone();
+        swapped["tunnel_credentials"] = blob.clone().into();
+        hub.put_desired_unplanned(host, &swapped).await;
+        eventually(
+            Duration::from_secs(30),
+            &format!("the report says the credentials were refused ({why})"),
+            || async {
+                hub.host(host).await["last_report"]["tunnel"]["managed"]["credentials_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains(why))
+            },
+        )
+        .await;
+        assert_eq!(
+            std::fs::read_to_string(&credentials).unwrap(),
+            file,
+            "{why}: the file in place stays"
+        );
+    }
+    assert_eq!(
+        (stand_in.restarts(0).len(), stand_in.restarts(1).len()),
+        restarts,
+        "a refused blob restarts nothing"
+    );
+    assert_eq!(stand_in.credentials(0), Some(tunnel.to_string()));
+    let audit = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
+    let refused: Vec<_> = audit
+        .iter()
+        .filter(|r| r.event.event == "tunnel.credentials_refused")
+        .collect();
+    assert_eq!(refused.len(), swaps.len(), "each refused blob audited once");
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.event.detail["fields"] == "tunnel_id")
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.event.detail["fields"] == "host_id")
+    );
+    assert_eq!(
+        audit
+            .iter()
+            .filter(|r| r.event.event == "tunnel.credentials_written")
+            .count(),
+        1
+    );
+
+    // The operator's blob again: nothing to write, the report clears.
+    hub.put_desired_unplanned(host, &signed).await;
+    eventually(
+        Duration::from_secs(30),
+        "the report no longer says the credentials were refused",
+        || async {
+            let t = hub.host(host).await["last_report"]["tunnel"].clone();
+            t["managed"]["routes"] == 1 && t["managed"].get("credentials_error").is_none()
+        },
+    )
+    .await;
+    // The secret never left the host: not in the report, not anywhere in the hub's data.
+    assert!(!hub.host(host).await.to_string().contains(&secret));
+    for (place, bytes) in files_under(hub.dir.path()) {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the tunnel's secret reached {place}"
+        );
+    }
+
+    agent.stop().await;
+    stand_in.stop().await;
+    hub.stop().await;
+    drop(sim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_restored_elsewhere_keeps_its_hostname_at_its_new_address() {
+    use agent_support::jobs::{job_result, submit};
+    let (sim, hub, files) = enrolled_stack().await;
+    let operator = files.trusted_operator();
+    files.use_sim_pct(&sim);
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("config.yml");
+    let credentials = dir.path().join("credentials.json");
+    initial_config(&config_file, &credentials);
+    let stand_in =
+        cloudflared::StandIn::start(dir.path(), &config_file, &["bosun-tunnel@a.service"]).await;
+    append_config(
+        &files,
+        &stand_in.agent_config(
+            &credentials,
+            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_timeout_ms = 5000\n",
+        ),
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let a = Uuid::new_v4();
+    let base = desired(&sim, &[(a, "shop")], "running");
+    hub.put_desired(host, &base).await;
+    let vmid = running_vmid(&agent.handles.reconcile, a).await;
+    let signed = with_routes(&base, host, &[("shop.example.com", a, 80)]);
+    hub.put_desired_unplanned(host, &signed).await;
+    eventually(Duration::from_secs(30), "the route placed", || async {
+        stand_in.routes(0).get("shop.example.com") == Some(&service(vmid, 80))
+    })
+    .await;
+
+    // Backed up, then its identity taken off the container at its vmid (its source may still
+    // run there): disaster recovery brings it back at another vmid.
+    let (h, g, v) = (host.to_string(), a.to_string(), vmid.to_string());
+    let args = [
+        "--kind",
+        "force-backup",
+        "--host",
+        &h,
+        "--guest",
+        &g,
+        "--vmid",
+        &v,
+    ];
+    let job = submit(&hub, &operator, files.dir.path(), &args).await;
+    assert_eq!(job_result(&hub, host, job).await["outcome"], "succeeded");
+    let update = bosun_pve::ConfigUpdate {
+        delete: vec!["tags".to_owned()],
+        ..bosun_pve::ConfigUpdate::default()
+    };
+    use bosun_pve::Pve as _;
+    root_client(&sim)
+        .update_ct_config(bosun_pve::Vmid::new(vmid).unwrap(), &update)
+        .await
+        .unwrap();
+    let restored = || {
+        agent
+            .handles
+            .reconcile
+            .borrow()
+            .guests
+            .iter()
+            .find(|g| g.guest_id == Some(a) && g.vmid != vmid)
+            .map(|g| g.vmid)
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the guest restored elsewhere",
+        || async { restored().is_some() },
+    )
+    .await;
+    let new_vmid = restored().unwrap();
+    assert_ne!(service(new_vmid, 80), service(vmid, 80));
+    eventually(
+        Duration::from_secs(30),
+        "the hostname reaches the restored guest",
+        || async {
+            stand_in.routes(0)
+                == BTreeMap::from([("shop.example.com".to_owned(), service(new_vmid, 80))])
+        },
+    )
+    .await;
+    // The guest reads it: the hostname left the container that stopped being it (the catch-all
+    // answered meanwhile, never a possible copy of it), then reached it where it came back.
+    let told = audit_events(&agent, a).await;
+    assert_eq!(told[0].0, "tunnel.route_added", "{told:?}");
+    assert_eq!(told[0].1["hostname"], "shop.example.com");
+    assert_eq!(told[0].1["service"], service(new_vmid, 80).as_str());
+    assert_eq!(told[1].0, "tunnel.route_removed", "{told:?}");
+    assert_eq!(told[1].1["service"], service(vmid, 80).as_str());
 
     agent.stop().await;
     stand_in.stop().await;

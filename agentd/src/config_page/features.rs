@@ -319,7 +319,7 @@ pub(super) const TUNNEL: ConfigTable = ConfigTable {
             "path",
             "required with config_file",
             "\"/var/lib/bosun-tunnel/credentials.json\"",
-            "The credentials file the configuration names.",
+            "The credentials file the configuration names. The agent writes it (mode 0640) from desired state's sealed `tunnel_credentials` when they open for this host and the plan's tunnel (decision 0084); without them it is left as it is.",
         ),
         key(
             "restart_after",

@@ -342,7 +342,7 @@ async fn spawn_all(
     let (backups, policy) = spawn::backups(&w, backup_storage, &tiers, &host.prover);
     let storage_facts =
         spawn::storage_watcher(&w, Arc::clone(&host.storage_identity), &host.pbs_key);
-    let health = spawn::health(&w)?;
+    let health = spawn::health(&w, Arc::clone(&host.storage_identity))?;
     let restore_tests =
         spawn::restore_tester(&w, storage, &tiers, &host.prover, leftover.restore_tests);
     spawn_verifier(&w, Arc::clone(&host.storage_identity));

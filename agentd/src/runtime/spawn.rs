@@ -385,8 +385,12 @@ pub(super) fn storage_watcher(
     facts
 }
 
-/// Node status, SMART and the tunnel's readiness, each on its cadence.
-pub(super) fn health(w: &Wiring<'_>) -> Result<watch::Receiver<HealthFacts>, AgentError> {
+/// Node status, SMART and the tunnel's readiness, each on its cadence; the managed tunnel's
+/// sealed credentials open with `sealing`.
+pub(super) fn health(
+    w: &Wiring<'_>,
+    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
+) -> Result<watch::Receiver<HealthFacts>, AgentError> {
     let tunnel = w
         .config
         .tunnel
@@ -396,7 +400,7 @@ pub(super) fn health(w: &Wiring<'_>) -> Result<watch::Receiver<HealthFacts>, Age
         })
         .transpose()
         .map_err(AgentError::TunnelProbe)?;
-    let managed = tunnel_manager(w)?;
+    let managed = tunnel_manager(w, sealing)?;
     let (task, facts) = HealthTask::new(
         Arc::clone(w.pve),
         w.helper(),
@@ -420,6 +424,7 @@ pub(super) fn health(w: &Wiring<'_>) -> Result<watch::Receiver<HealthFacts>, Age
 /// receiver of the tunnel's state.
 fn tunnel_manager(
     w: &Wiring<'_>,
+    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
 ) -> Result<Option<watch::Receiver<Option<bosun_proto::tunnel::TunnelState>>>, AgentError> {
     let Some(settings) = w.config.tunnel.as_ref() else {
         return Ok(None);
@@ -447,6 +452,7 @@ fn tunnel_manager(
         settings.interval,
         service,
     );
+    let task = task.with_credentials(sealing, w.host_id);
     w.tasks.spawn("tunnel", task.run(w.cancel.clone()));
     Ok(Some(state))
 }

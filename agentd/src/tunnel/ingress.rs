@@ -156,30 +156,42 @@ impl IngressConfig {
     /// it, mode 0640): the tunnel reads either the old file or the new one, never half.
     pub fn write(&self, path: &Path) -> Result<(), IngressError> {
         self.validate()?;
-        write_atomic(path, self.render().as_bytes())
+        write_atomic(path, self.render().as_bytes()).map_err(|source| IngressError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IngressError> {
-    let err = |source| IngressError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let tmp = path.with_extension("yml.tmp");
+/// Replaces `path` atomically with `bytes`: a sibling `NAME.tmp` written (mode 0640, so the
+/// tunnel's group of the setgid directory reads it and nobody else), synced and renamed over
+/// it, then the directory synced. The tunnel reads the old file or the new one, never half.
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?
+        .to_owned();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
     let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o640)
-        .open(&tmp)
-        .map_err(err)?;
-    // The agent's umask (0077) would leave the tunnel's group unable to read it.
-    file.set_permissions(std::fs::Permissions::from_mode(0o640))
-        .map_err(err)?;
-    file.write_all(bytes).map_err(err)?;
-    file.sync_all().map_err(err)?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(err)?;
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(&tmp)?;
+        // The agent's umask (0077) would leave the tunnel's group unable to read it.
+        file.set_permissions(std::fs::Permissions::from_mode(0o640))?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // Never leave a half-written sibling (it may hold the tunnel's credentials).
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     if let Some(dir) = path.parent()
         && let Ok(d) = std::fs::File::open(dir)
     {

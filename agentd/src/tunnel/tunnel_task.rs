@@ -4,10 +4,13 @@
 //!  every tunnel.interval:
 //!    each replica: GET /ready ─► failed restart_after times in a row? ─► systemctl restart UNIT
 //!  on a new desired snapshot, and every PLACE_EVERY ticks:
+//!    sealed tunnel credentials ─► open for this host and the plan's tunnel ─► differ from
+//!      the file? ─► write atomically, audit (refused: audit once, the file in place stays)
 //!    signed plan's routes ─► place (journal: guest id → vmid; Proxmox: its address)
 //!      ─► render ─► differs from the file? ─► validate, write atomically,
-//!         audit each guest concerned, restart the replicas one at a time
-//!         (the next only once the previous is ready again)
+//!         audit each guest concerned
+//!    either written ─► restart the replicas one at a time (the next only once the previous
+//!         is ready again)
 //!  publish watch<Option<TunnelState>> (routes, connections, version, restarts) for the report
 //! ```
 
@@ -16,18 +19,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
+use bosun_proto::secret::SealedSecret;
 use bosun_proto::tunnel::{PlanTunnel, TunnelState};
 use bosun_pve::Pve;
+use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
+use super::credentials;
 use super::ingress::IngressConfig;
 use super::routes::{self, PlacedRoute};
 use super::service::Service;
 use crate::clock::SharedClock;
 use crate::config::tunnel::ManagedTunnel;
 use crate::data::desired::DesiredSnapshot;
-use crate::ops::journal::JournalHandle;
+use crate::ops::journal::{AuditEvent, JournalHandle};
+use crate::trust::keys::sealing::StorageIdentity;
+
+/// The audit event of tunnel credentials written to the credentials file.
+pub const CREDENTIALS_WRITTEN: &str = "tunnel.credentials_written";
+/// The audit event of sealed tunnel credentials refused (another tunnel's, another host's,
+/// not sealed to this host, not cloudflared's credentials file).
+pub const CREDENTIALS_REFUSED: &str = "tunnel.credentials_refused";
 
 /// Routes are placed again every this many ticks even when desired state did not change (a
 /// guest restored elsewhere, a guest's address read at last).
@@ -44,6 +58,7 @@ pub struct TunnelTask<P> {
     interval: Duration,
     service: Service,
     state: watch::Sender<Option<TunnelState>>,
+    sealing: Option<(Arc<StorageIdentity>, Uuid)>,
 }
 
 /// The loop's memory between ticks.
@@ -52,6 +67,8 @@ struct Memory {
     placed: Vec<PlacedRoute>,
     failures: Vec<u32>,
     state: TunnelState,
+    /// The sealed credentials last refused (audited once each).
+    refused: Option<SealedSecret>,
 }
 
 impl<P: Pve + 'static> TunnelTask<P> {
@@ -75,8 +92,17 @@ impl<P: Pve + 'static> TunnelTask<P> {
             interval,
             service,
             state,
+            sealing: None,
         };
         (task, rx)
+    }
+
+    /// Opens the tunnel's sealed credentials (desired state's `tunnel_credentials`) with this
+    /// host's identity, for host `host_id` only, and writes them to the credentials file.
+    /// Without it, the credentials file is left to the operator.
+    pub fn with_credentials(mut self, identity: Arc<StorageIdentity>, host_id: Uuid) -> Self {
+        self.sealing = Some((identity, host_id));
+        self
     }
 
     fn routes_file(&self) -> PathBuf {
@@ -92,6 +118,7 @@ impl<P: Pve + 'static> TunnelTask<P> {
                 .unwrap_or_default(),
             failures: vec![0; self.settings.replicas.len()],
             state: TunnelState::default(),
+            refused: None,
         };
         let mut tick = 0u32;
         loop {
@@ -101,7 +128,22 @@ impl<P: Pve + 'static> TunnelTask<P> {
                 if let Some(plan) = snapshot.as_ref().and_then(|s| s.plan.clone())
                     && let Some(tunnel) = &plan.plan.tunnel
                 {
-                    Box::pin(self.sync_routes(tunnel, plan.plan.serial, &mut memory)).await;
+                    let sealed = snapshot
+                        .as_ref()
+                        .and_then(|s| s.state.tunnel_credentials.as_ref());
+                    let credentials =
+                        Box::pin(self.sync_credentials(sealed, tunnel.tunnel_id, &mut memory))
+                            .await;
+                    let routes =
+                        Box::pin(self.sync_routes(tunnel, plan.plan.serial, &mut memory)).await;
+                    if credentials || routes {
+                        tracing::info!(
+                            routes = memory.state.routes,
+                            unplaced = memory.state.unplaced,
+                            "tunnel configuration or credentials written; restarting its replicas one at a time"
+                        );
+                        Box::pin(self.rolling_restart(&mut memory)).await;
+                    }
                 }
             }
             Box::pin(self.watch_replicas(&mut memory)).await;
@@ -116,13 +158,14 @@ impl<P: Pve + 'static> TunnelTask<P> {
         }
     }
 
-    /// Places the plan's routes; when the file would change, writes it, audits and restarts.
-    async fn sync_routes(&self, tunnel: &PlanTunnel, serial: u64, memory: &mut Memory) {
+    /// Places the plan's routes; when the file would change, writes it and audits. True when
+    /// the file was written (the replicas need a restart).
+    async fn sync_routes(&self, tunnel: &PlanTunnel, serial: u64, memory: &mut Memory) -> bool {
         let provenance = match self.journal.all_provenance().await {
             Ok(p) => p,
             Err(e) => {
                 memory.state.error = Some(format!("reading the guests: {}", error_chain(&e)));
-                return;
+                return false;
             }
         };
         let placement =
@@ -137,12 +180,12 @@ impl<P: Pve + 'static> TunnelTask<P> {
         let on_disk = std::fs::read_to_string(&self.settings.config_file).ok();
         let unchanged = on_disk.as_deref() == Some(config.render().as_str());
         if unchanged && placement.placed == memory.placed {
-            return;
+            return false;
         }
         if !unchanged && let Err(e) = config.write(&self.settings.config_file) {
             tracing::error!(error = %error_chain(&e), "tunnel configuration not written; the one in place stays");
             memory.state.error = Some(error_chain(&e));
-            return;
+            return false;
         }
         for event in routes::changes(&memory.placed, &placement.placed, serial) {
             if let Err(e) = self.journal.append_audit(event).await {
@@ -154,13 +197,61 @@ impl<P: Pve + 'static> TunnelTask<P> {
             let _ = std::fs::write(self.routes_file(), bytes);
         }
         memory.state.error = None;
-        if !unchanged {
-            tracing::info!(
-                routes = memory.state.routes,
-                unplaced = memory.state.unplaced,
-                "tunnel configuration written; restarting its replicas one at a time"
-            );
-            self.rolling_restart(memory).await;
+        !unchanged
+    }
+
+    /// Writes the sealed credentials when they open for this host and `tunnel_id` and differ
+    /// from the file; audits each write, and each refused blob once (the file in place
+    /// stays). True when the file was written (the replicas need a restart).
+    async fn sync_credentials(
+        &self,
+        sealed: Option<&SealedSecret>,
+        tunnel_id: Uuid,
+        memory: &mut Memory,
+    ) -> bool {
+        let (Some((identity, host_id)), Some(sealed)) = (&self.sealing, sealed) else {
+            memory.state.credentials_error = None;
+            return false;
+        };
+        let path = &self.settings.credentials_file;
+        match credentials::install(identity, sealed, *host_id, tunnel_id, path) {
+            Ok(written) => {
+                memory.state.credentials_error = None;
+                memory.refused = None;
+                if written {
+                    tracing::info!(%tunnel_id, "tunnel credentials written");
+                    let event = AuditEvent {
+                        detail: json!({ "tunnel_id": tunnel_id }),
+                        ..AuditEvent::new(CREDENTIALS_WRITTEN)
+                    };
+                    if let Err(e) = self.journal.append_audit(event).await {
+                        tracing::error!(error = %error_chain(&e), "the tunnel credentials' write was not audited");
+                    }
+                }
+                written
+            }
+            Err(e) => {
+                memory.state.credentials_error = Some(error_chain(&e));
+                if memory.refused.as_ref() != Some(sealed) {
+                    tracing::error!(%tunnel_id, error = %error_chain(&e), "tunnel credentials refused; the file in place stays");
+                    let mut detail = json!({ "tunnel_id": tunnel_id, "reason": e.to_string() });
+                    let fields = e.differing_fields();
+                    if !fields.is_empty() {
+                        detail["fields"] = fields.join(", ").into();
+                    }
+                    let event = AuditEvent {
+                        detail,
+                        ..AuditEvent::new(CREDENTIALS_REFUSED)
+                    };
+                    match self.journal.append_audit(event).await {
+                        Ok(_) => memory.refused = Some(sealed.clone()),
+                        Err(e) => {
+                            tracing::error!(error = %error_chain(&e), "refused tunnel credentials not audited; trying again");
+                        }
+                    }
+                }
+                false
+            }
         }
     }
 

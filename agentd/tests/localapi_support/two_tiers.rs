@@ -76,6 +76,7 @@ pub fn desired(first: Retention, pbs: Retention) -> DesiredState {
         dr_policy: Default::default(),
         golden_recipe: None,
         data_plan: None,
+        tunnel_credentials: None,
     }
 }
 

@@ -581,4 +581,11 @@ fn the_tunnel_line_names_what_the_agent_manages() {
         super::tunnel_text(&tunnel),
         "ready, 2 route(s) (1 not placed), 8 edge connection(s), cloudflared 2025.8.1, 1 restart(s)"
     );
+    if let Some(m) = tunnel.managed.as_mut() {
+        m.credentials_error = Some("the tunnel credentials were refused".into());
+    }
+    assert!(
+        super::tunnel_text(&tunnel)
+            .ends_with(", credentials not written: the tunnel credentials were refused")
+    );
 }

@@ -346,7 +346,8 @@ fn replace_host(
     })
 }
 
-/// Whether the host's desired state holds a sealed secret (sealed to some box's recipient).
+/// Whether the host's desired state holds a sealed secret (sealed to some box's recipient):
+/// a storage target's credentials or the tunnel's.
 fn holds_sealed_credentials(tx: Tx<'_, '_>, host: &str) -> StoreResult<bool> {
     let document: Option<String> = tx.query_opt(
         "read desired state",
@@ -358,7 +359,8 @@ fn holds_sealed_credentials(tx: Tx<'_, '_>, host: &str) -> StoreResult<bool> {
         return Ok(false);
     };
     let desired: DesiredState = parse("desired state")(&document)?;
-    Ok(desired.storage.iter().any(|t| t.credentials.is_some()))
+    Ok(desired.storage.iter().any(|t| t.credentials.is_some())
+        || desired.tunnel_credentials.is_some())
 }
 
 /// After a desired state was accepted as `generation`: clears the host's reseal mark when

@@ -83,6 +83,7 @@ pub(crate) fn section(host: &HostDetail, now: Timestamp) -> Markup {
                                         @if let Some(n) = m.connections { (n) " edge connection(s) · " }
                                         @if let Some(v) = &m.version { "cloudflared " (v) " · " }
                                         (m.restarts) " restart(s)"
+                                        @if let Some(e) = &m.credentials_error { " · credentials not written: " (e) }
                                     }
                                 }
                                 td data-label="Thresholds" {

@@ -114,7 +114,9 @@ fn banners(host: &HostDetail, now: Timestamp) -> Markup {
                 "A new box took over this host " (layout::ago(since, now))
                 "; credentials sealed to the lost box cannot be opened: "
                 code { "bosunctl secret seal --host " (host.summary.host_id) " --target-file TARGET.json" }
-                ", for each target that carries credentials"
+                ", for each target that carries credentials, and "
+                code { "--tunnel-id UUID" }
+                " for the tunnel's"
             }
         }
     }

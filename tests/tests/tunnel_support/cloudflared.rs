@@ -6,10 +6,16 @@
 //! `cloudflared tunnel ingress validate` makes (the last rule matches everything, no earlier
 //! one does, services are a scheme, host and port without a path, or `http_status:NNN`).
 //!
+//! At start a replica reads the credentials file its configuration names, as the real one
+//! does: when the file is there, its `TunnelID` must be the configuration's tunnel, or the
+//! replica stays down; with no file it runs (the tests of routes alone place none).
+//!
 //! A replica "restarts" when the `systemctl` script the agent runs appends its unit to the
 //! control file: it drops its connections, reads the configuration again and, when that is
 //! valid, is ready again after [`RESTART_TAKES`]. A configuration it refuses leaves it down,
 //! as the real one exits.
+
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -176,6 +182,8 @@ pub struct ReplicaState {
     pub restarts: Vec<Instant>,
     /// Down on purpose (the edge is unreachable): a restart does not help until cleared.
     pub edge_lost: bool,
+    /// The `TunnelID` of the credentials file it read at its last start.
+    pub credentials: Option<String>,
 }
 
 /// The replicas of one tunnel and their control file.
@@ -218,6 +226,7 @@ impl StandIn {
                 refused: None,
                 restarts: Vec::new(),
                 edge_lost: false,
+                credentials: None,
             }));
             start_replica(&state, config_file);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -273,6 +282,11 @@ impl StandIn {
             .unwrap_or_default()
     }
 
+    /// The tunnel of the credentials file replica `i` read at its last start.
+    pub fn credentials(&self, i: usize) -> Option<String> {
+        self.replicas[i].0.lock().credentials.clone()
+    }
+
     pub fn restarts(&self, i: usize) -> Vec<Instant> {
         self.replicas[i].0.lock().restarts.clone()
     }
@@ -299,9 +313,22 @@ fn start_replica(state: &Arc<Mutex<ReplicaState>>, config_file: &Path) {
     let parsed = std::fs::read_to_string(config_file)
         .map_err(|e| e.to_string())
         .and_then(|t| parse(&t));
+    let parsed = parsed.and_then(|config| {
+        let credentials = match std::fs::read_to_string(&config.credentials_file) {
+            Ok(text) => {
+                Some(credentials_tunnel(&text).ok_or("the credentials file has no TunnelID")?)
+            }
+            Err(_) => None,
+        };
+        if credentials.as_ref().is_some_and(|id| *id != config.tunnel) {
+            return Err("the credentials file is another tunnel's".to_owned());
+        }
+        Ok((config, credentials))
+    });
     let mut s = state.lock();
     match parsed {
-        Ok(config) => {
+        Ok((config, credentials)) => {
+            s.credentials = credentials;
             s.config = Some(config);
             s.refused = None;
             if !s.edge_lost {
@@ -352,6 +379,41 @@ async fn control_loop(
                 .and_then(|()| std::fs::rename(&tmp, control.with_extension("log.done")));
         }
     }
+}
+
+/// The `TunnelID` a credentials file names.
+fn credentials_tunnel(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    value["TunnelID"].as_str().map(str::to_lowercase)
+}
+
+/// A credentials file as `cloudflared tunnel create` writes it, for `tunnel`.
+pub fn credentials_json(tunnel: uuid::Uuid, secret: &str) -> String {
+    json!({
+        "AccountTag": "5ab4e9dfbd435d24068829fda0077963",
+        "TunnelSecret": secret,
+        "TunnelID": tunnel.to_string(),
+    })
+    .to_string()
+}
+
+/// `file` sealed to `recipient` for host `host` and tunnel `tunnel`, as `bosunctl secret seal
+/// --tunnel-id` seals it: the armored ciphertext for desired state's `tunnel_credentials`.
+pub fn seal_credentials(
+    recipient: &str,
+    host: uuid::Uuid,
+    tunnel: uuid::Uuid,
+    file: &str,
+) -> String {
+    let credential = bosun_proto::sealed_credential::TunnelCredential::new(
+        host,
+        tunnel,
+        bosun_proto::secret::SecretToken::new(file),
+    );
+    bosunctl::secret::seal(recipient, &credential)
+        .unwrap()
+        .armored()
+        .to_owned()
 }
 
 fn router(state: Arc<Mutex<ReplicaState>>) -> axum::Router {

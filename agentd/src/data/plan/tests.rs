@@ -87,6 +87,7 @@ fn desired(storage: Vec<StorageTarget>, further: Vec<&str>) -> DesiredState {
         dr_policy: DrPolicy::Auto,
         golden_recipe: None,
         data_plan: None,
+        tunnel_credentials: None,
     }
 }
 

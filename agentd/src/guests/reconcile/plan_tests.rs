@@ -29,6 +29,7 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
         dr_policy: Default::default(),
         golden_recipe: None,
         data_plan: None,
+        tunnel_credentials: None,
     }
 }
 

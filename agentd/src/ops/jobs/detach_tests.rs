@@ -59,6 +59,7 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
         dr_policy: Default::default(),
         golden_recipe: None,
         data_plan: None,
+        tunnel_credentials: None,
     }
 }
 

@@ -11,7 +11,9 @@
 //! every ciphertext and could copy one onto a target of its own. A storage credential is
 //! therefore a `bosun.sealed-credential/v1` document naming the host and the target's whole
 //! identity, and [`StorageIdentity::open_credential`] gives its secret for that host and
-//! target only.
+//! target only. The tunnel's credentials are the same document naming the tunnel's UUID
+//! instead of a target, and [`StorageIdentity::open_tunnel_credential`] gives them for that
+//! host and tunnel only (decision 0084).
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -20,7 +22,7 @@ use std::str::FromStr;
 
 use age::secrecy::ExposeSecret;
 use bosun_proto::data_plan::TargetIdentity;
-use bosun_proto::sealed_credential::{CredentialDocumentError, SealedCredential};
+use bosun_proto::sealed_credential::{CredentialDocumentError, SealedCredential, TunnelCredential};
 use bosun_proto::secret::SealedSecret;
 use secrecy::SecretString;
 use uuid::Uuid;
@@ -112,6 +114,30 @@ pub enum CredentialError {
         /// The identity fields that differ (`type`, `durable_id`, `namespace`, …).
         fields: Vec<&'static str>,
     },
+    /// The tunnel credentials' plaintext is not a tunnel credential (a storage credential, a
+    /// raw secret, another document).
+    #[error(
+        "the sealed tunnel credentials are not bound to a tunnel; reseal them with \
+         `bosunctl secret seal --host HOST --tunnel-id {tunnel_id}`"
+    )]
+    NotATunnelCredential {
+        /// The tunnel the plan names.
+        tunnel_id: Uuid,
+        /// Cause.
+        #[source]
+        source: CredentialDocumentError,
+    },
+    /// Sealed for another tunnel: never handed to this one.
+    #[error(
+        "the sealed tunnel credentials were sealed for tunnel {sealed_for}, not for the \
+         tunnel {tunnel_id} the signed plan names"
+    )]
+    OtherTunnel {
+        /// The tunnel the plan names.
+        tunnel_id: Uuid,
+        /// The tunnel the document names.
+        sealed_for: Uuid,
+    },
 }
 
 impl CredentialError {
@@ -121,7 +147,10 @@ impl CredentialError {
         match self {
             Self::OtherHost { .. } => vec!["host_id"],
             Self::OtherTarget { fields, .. } => fields.clone(),
-            Self::Open { .. } | Self::NotACredential { .. } => Vec::new(),
+            Self::OtherTunnel { .. } => vec!["tunnel_id"],
+            Self::Open { .. } | Self::NotACredential { .. } | Self::NotATunnelCredential { .. } => {
+                Vec::new()
+            }
         }
     }
 }
@@ -229,12 +258,7 @@ impl StorageIdentity {
         target: &TargetIdentity,
     ) -> Result<SecretString, CredentialError> {
         let durable_id = || target.durable_id.clone();
-        let plaintext = age::decrypt(&self.identity, sealed.armored().as_bytes())
-            .map(Zeroizing::new)
-            .map_err(|source| CredentialError::Open {
-                durable_id: durable_id(),
-                source,
-            })?;
+        let plaintext = self.decrypt(sealed, durable_id)?;
         let document = SealedCredential::from_plaintext(&plaintext).map_err(|source| {
             CredentialError::NotACredential {
                 durable_id: durable_id(),
@@ -257,6 +281,50 @@ impl StorageIdentity {
             });
         }
         Ok(SecretString::from(document.secret.expose().to_owned()))
+    }
+
+    /// Opens the tunnel's credentials sealed for tunnel `tunnel_id` on host `host_id`: the
+    /// secret, if the plaintext is a `bosun.sealed-credential/v1` document naming this host
+    /// and exactly this tunnel; refused otherwise (a storage credential included). The
+    /// plaintext is zeroized when dropped.
+    pub fn open_tunnel_credential(
+        &self,
+        sealed: &SealedSecret,
+        host_id: Uuid,
+        tunnel_id: Uuid,
+    ) -> Result<SecretString, CredentialError> {
+        let label = || format!("tunnel {tunnel_id}");
+        let plaintext = self.decrypt(sealed, label)?;
+        let document = TunnelCredential::from_plaintext(&plaintext)
+            .map_err(|source| CredentialError::NotATunnelCredential { tunnel_id, source })?;
+        if document.host_id != host_id {
+            return Err(CredentialError::OtherHost {
+                durable_id: label(),
+                sealed_for: document.host_id,
+                host_id,
+            });
+        }
+        if document.tunnel_id != tunnel_id {
+            return Err(CredentialError::OtherTunnel {
+                tunnel_id,
+                sealed_for: document.tunnel_id,
+            });
+        }
+        Ok(SecretString::from(document.secret.expose().to_owned()))
+    }
+
+    /// The plaintext of `sealed`, zeroized when dropped; `what` names what it is set on.
+    fn decrypt(
+        &self,
+        sealed: &SealedSecret,
+        what: impl Fn() -> String,
+    ) -> Result<Zeroizing<Vec<u8>>, CredentialError> {
+        age::decrypt(&self.identity, sealed.armored().as_bytes())
+            .map(Zeroizing::new)
+            .map_err(|source| CredentialError::Open {
+                durable_id: what(),
+                source,
+            })
     }
 }
 
@@ -396,6 +464,77 @@ mod tests {
             identity.open_credential(&sealed, host, &b).unwrap_err(),
             identity.open_credential(&legacy, host, &a).unwrap_err(),
         ] {
+            let text = format!("{err:?} {}", bosun_errchain::error_chain(&err));
+            assert!(!text.contains("4711"), "{text}");
+        }
+    }
+
+    #[test]
+    fn tunnel_credentials_open_only_for_their_host_and_tunnel() {
+        use secrecy::ExposeSecret as _;
+        let dir = tempfile::tempdir().unwrap();
+        let identity = StorageIdentity::load_or_create(dir.path()).unwrap();
+        let (host, tunnel) = (Uuid::new_v4(), Uuid::new_v4());
+        let seal_tunnel = |host_id, tunnel_id| {
+            let document = TunnelCredential::new(
+                host_id,
+                tunnel_id,
+                bosun_proto::secret::SecretToken::new("tunnel-secret-4711"),
+            );
+            seal(
+                &identity.recipient(),
+                &serde_json::to_vec(&document).unwrap(),
+            )
+        };
+        let sealed = seal_tunnel(host, tunnel);
+        let opened = identity
+            .open_tunnel_credential(&sealed, host, tunnel)
+            .unwrap();
+        assert_eq!(opened.expose_secret(), "tunnel-secret-4711");
+
+        let other_tunnel = Uuid::new_v4();
+        let mut refusals = Vec::new();
+        let err = identity
+            .open_tunnel_credential(&seal_tunnel(host, other_tunnel), host, tunnel)
+            .unwrap_err();
+        assert!(
+            matches!(err, CredentialError::OtherTunnel { sealed_for, .. } if sealed_for == other_tunnel),
+            "{err:?}"
+        );
+        assert_eq!(err.differing_fields(), ["tunnel_id"]);
+        refusals.push(err);
+        let err = identity
+            .open_tunnel_credential(&seal_tunnel(Uuid::new_v4(), tunnel), host, tunnel)
+            .unwrap_err();
+        assert_eq!(err.differing_fields(), ["host_id"]);
+        refusals.push(err);
+        // A storage credential sealed to this host is not the tunnel's, nor the other way.
+        let storage = seal_credential(&identity.recipient(), host, &pbs("backup@pbs@p:s", None));
+        let err = identity
+            .open_tunnel_credential(&storage, host, tunnel)
+            .unwrap_err();
+        assert!(
+            matches!(err, CredentialError::NotATunnelCredential { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("--tunnel-id"), "{err}");
+        refusals.push(err);
+        let err = identity
+            .open_credential(&sealed, host, &pbs("backup@pbs@p:s", None))
+            .unwrap_err();
+        assert!(
+            matches!(err, CredentialError::NotACredential { .. }),
+            "{err:?}"
+        );
+        refusals.push(err);
+        let other = tempfile::tempdir().unwrap();
+        let stranger = StorageIdentity::load_or_create(other.path()).unwrap();
+        let err = stranger
+            .open_tunnel_credential(&sealed, host, tunnel)
+            .unwrap_err();
+        assert!(matches!(err, CredentialError::Open { .. }), "{err:?}");
+        refusals.push(err);
+        for err in refusals {
             let text = format!("{err:?} {}", bosun_errchain::error_chain(&err));
             assert!(!text.contains("4711"), "{text}");
         }

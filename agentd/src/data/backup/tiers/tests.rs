@@ -45,6 +45,7 @@ fn desired(first: Retention, pbs: Option<Retention>) -> DesiredState {
         dr_policy: Default::default(),
         golden_recipe: None,
         data_plan: None,
+        tunnel_credentials: None,
     }
 }
 
