@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # own `cargo` commands keep them.
 export CARGO_INCREMENTAL ?= 0
 
-.PHONY: all deps build test fmt-check clippy nextest nextest-postgres doc demo demo-host-loss packages clean
+.PHONY: all deps build test fmt-check clippy nextest nextest-postgres doc demo demo-host-loss packages controller-image clean
 
 all: build
 
@@ -57,6 +57,19 @@ demo-host-loss: build
 # says what each holds). Not part of `make test`: the optimised builds take long.
 packages:
 	@CARGO=$(CARGO) scripts/packages
+
+# The controller image a golden recipe signs, from the bosun-guest package `make packages`
+# built (scripts/controller-image, decision 0088): `make controller-image
+# TAG=bosun/controller:1.4`; APPS=FILE bakes in the apps to quiesce, WITH="/usr/bin/docker"
+# the programs their commands run. Prints the digest to sign.
+TAG ?= bosun/controller:latest
+packages_dir = $(or $(CARGO_TARGET_DIR),target)/packages
+guest_deb = $(firstword $(wildcard $(packages_dir)/bosun-guest_*.deb))
+controller-image:
+	@test -n "$(guest_deb)" || { echo "no bosun-guest package in $(packages_dir): make packages first" >&2; exit 1; }
+	@scripts/controller-image --tag $(TAG) --deb $(guest_deb) \
+	  --output $(packages_dir)/controller-image.tar \
+	  $(if $(APPS),--apps $(APPS)) $(foreach p,$(WITH),--with $(p))
 
 clean:
 	$(CARGO) clean

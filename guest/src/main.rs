@@ -19,11 +19,12 @@ use tokio_util::sync::CancellationToken;
     about = "Bosun in-guest reference client"
 )]
 struct Args {
-    /// The bootstrap the agent wrote.
-    #[arg(long, default_value = bosun_guest::bootstrap::DEFAULT_PATH)]
+    /// The bootstrap the agent wrote (the golden image's controller unit names it in
+    /// `BOSUN_BOOTSTRAP`).
+    #[arg(long, env = "BOSUN_BOOTSTRAP", default_value = bosun_guest::bootstrap::DEFAULT_PATH)]
     bootstrap: PathBuf,
     /// JSON list of apps: `[{"name": …, "stop": [argv…], "start": [argv…], "data": [path…]}]`.
-    #[arg(long)]
+    #[arg(long, env = "BOSUN_GUEST_APPS")]
     apps: Option<PathBuf>,
     /// The quiesce marker (persistent storage).
     #[arg(long, default_value = "/var/lib/bosun-guest/quiesce.marker")]
@@ -75,7 +76,62 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Print the shell completion script (the package installs it).
+    #[command(hide = true)]
+    Completions(bosun_clidoc::CompletionsArgs),
+    /// Write the man pages into a directory (the package installs them).
+    #[command(hide = true)]
+    Man(bosun_clidoc::ManArgs),
 }
+
+/// What the man pages say besides the options.
+const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
+    exit_status: &[
+        (
+            0,
+            "done (watch and controller: stopped by SIGTERM or Ctrl-C)",
+        ),
+        (
+            1,
+            "the bootstrap, the apps file or an option is invalid, or a pass failed",
+        ),
+    ],
+    environment: &[
+        ("BOSUN_BOOTSTRAP", "the bootstrap file, as --bootstrap"),
+        ("BOSUN_GUEST_APPS", "the apps file, as --apps"),
+        (
+            "RUST_LOG",
+            "the log filter (default info), logs go to stderr",
+        ),
+    ],
+    files: &[
+        (
+            bosun_guest::bootstrap::DEFAULT_PATH,
+            "the bootstrap the host agent pushes into the guest (hub, local API, pin, token)",
+        ),
+        (
+            "/etc/bosun-guest/apps.json",
+            "the apps the packaged unit quiesces (an empty list until edited)",
+        ),
+        (
+            "/var/lib/bosun-guest",
+            "the quiesce marker and the controller's digest, kept across restarts",
+        ),
+    ],
+    examples: &[(
+        "bosun-guest",
+        &[
+            (
+                "bosun-guest --apps /etc/bosun-guest/apps.json watch",
+                "back up quiesced whenever the agent says a backup is due",
+            ),
+            (
+                "bosun-guest recover",
+                "restart the apps an interrupted pass left stopped",
+            ),
+        ],
+    )],
+};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -97,7 +153,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(Args::parse())) {
+    let args = Args::parse();
+    match &args.command {
+        Command::Completions(docs) => return completions(docs),
+        Command::Man(docs) => return man_pages(docs),
+        _ => {}
+    }
+    match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bosun-guest: {e:#}");
@@ -161,7 +223,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     match args.command {
-        Command::Controller { .. } => {}
+        Command::Controller { .. } | Command::Completions(_) | Command::Man(_) => {}
         Command::Recover => {
             let restarted = quiescer.recover().await?;
             println!("restarted: {restarted:?}");
@@ -179,6 +241,36 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
     }
     Ok(())
+}
+
+/// `completions SHELL`: the script on stdout (a reader that went away is not an error).
+fn completions(args: &bosun_clidoc::CompletionsArgs) -> ExitCode {
+    use clap::CommandFactory as _;
+    match bosun_clidoc::write_completions(Args::command(), args.shell, &mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bosun-guest: {}", bosun_errchain::error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `man --dir DIR`: the pages, one path a line.
+fn man_pages(args: &bosun_clidoc::ManArgs) -> ExitCode {
+    use clap::CommandFactory as _;
+    match bosun_clidoc::write_man_pages(Args::command(), &args.dir, &args.date(), &MAN_EXTRAS) {
+        Ok(pages) => {
+            for page in pages {
+                println!("{}", page.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bosun-guest: {}", bosun_errchain::error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn report(outcome: QuiesceOutcome) {

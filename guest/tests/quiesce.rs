@@ -358,8 +358,16 @@ async fn a_killed_client_leaves_a_marker_and_the_next_start_restarts_the_apps() 
     let left = marker::read(&marker_path).unwrap().unwrap();
     assert_eq!(left.to_restart(), ["db", "web"]);
 
+    // The restart as the controller image runs it: the bootstrap and the apps named in the
+    // environment (the golden unit's `BOSUN_BOOTSTRAP`, the image's `BOSUN_GUEST_APPS`).
     let out = tokio::process::Command::new(bin)
-        .args(args("recover"))
+        .env("BOSUN_BOOTSTRAP", &bootstrap_path)
+        .env("BOSUN_GUEST_APPS", &apps_path)
+        .args([
+            "--marker".as_ref(),
+            marker_path.as_os_str(),
+            "recover".as_ref(),
+        ])
         .output()
         .await
         .unwrap();

@@ -189,6 +189,39 @@ fn agent_and_hub_exposure_is_at_most_two() {
     assert!(exposure("systemd/bosun-helper@.service") > 2.0);
 }
 
+/// The packaged in-guest controller's unit (decision 0088): verified, sandboxed around the
+/// root its apps' stop and start commands need, waiting for the bootstrap the agent pushes,
+/// and keeping its state where a backup of the guest holds it.
+#[test]
+fn the_guest_controller_unit_verifies_and_is_sandboxed() {
+    verify(&["systemd/bosun-guest.service"], &[]);
+    let score = exposure("systemd/bosun-guest.service");
+    assert!(score <= 2.2, "bosun-guest.service: exposure {score}");
+    let text = read("systemd/bosun-guest.service");
+    assert_eq!(
+        settings(&text, "ConditionPathExists"),
+        [bosun_proto::helper::GUEST_BOOTSTRAP_PATH]
+    );
+    assert_eq!(
+        settings(&text, "ExecStart"),
+        ["/usr/bin/bosun-guest --apps /etc/bosun-guest/apps.json watch"]
+    );
+    for (key, value) in [
+        ("StateDirectory", "bosun-guest"),
+        // The restore check's directory (RESTORE_CHECK_PATH), writable under ProtectSystem.
+        ("ConfigurationDirectory", "bosun"),
+        ("ProtectSystem", "strict"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", "CAP_DAC_READ_SEARCH CAP_KILL"),
+    ] {
+        assert_eq!(settings(&text, key), [value], "{key}");
+    }
+    assert_eq!(
+        Path::new(bosun_proto::helper::RESTORE_CHECK_PATH).parent(),
+        Some(Path::new("/etc/bosun"))
+    );
+}
+
 /// The sandbox shared by every helper unit (decisions 0068, 0071).
 const COMMON_SANDBOX: [(&str, &str); 7] = [
     ("NoNewPrivileges", "yes"),

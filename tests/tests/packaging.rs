@@ -1,6 +1,7 @@
-//! The Debian packages: `cargo deb` builds `bosun-agent` and `bosun-hub`, `dpkg -i`
-//! installs them on this machine, the test checks users, files, modes and sudo, then
-//! `dpkg --purge` must remove what the packages made except what Debian practice keeps
+//! The Debian packages: `cargo deb` builds `bosun-agent`, `bosun-hub`, `bosun-ctl` and
+//! `bosun-guest`, `dpkg -i` installs them on this machine (and the controller image is built
+//! from the installed `bosun-guest`, `packaging_build/guest.rs`), the test checks users,
+//! files, modes and sudo, then `dpkg --purge` must remove what the packages made except what Debian practice keeps
 //! (the system users and groups, the hub's database unless the operator says yes, the
 //! operator's files). The test then removes those itself, and the machine is as it found
 //! it: the test depends on nothing an earlier run left.
@@ -21,7 +22,7 @@ mod packaging_build;
 
 use packaging_build::build_packages;
 
-const PACKAGES: [&str; 3] = ["bosun-agent", "bosun-hub", "bosun-ctl"];
+const PACKAGES: [&str; 4] = ["bosun-agent", "bosun-hub", "bosun-ctl", "bosun-guest"];
 /// The accounts the packages create (purge keeps them; the test removes them afterwards).
 const USERS: [&str; 4] = ["bosun", "bosun-hub", "bosun-breakglass", "bosun-tunnel"];
 
@@ -32,13 +33,14 @@ fn workspace() -> PathBuf {
         .to_owned()
 }
 
-const SCRIPTS: [&str; 6] = [
+const SCRIPTS: [&str; 7] = [
     "helper/debian/bosun-agent/postinst",
     "helper/debian/bosun-agent/prerm",
     "helper/debian/bosun-agent/postrm",
     "helper/debian/bosun-hub/postinst",
     "helper/debian/bosun-hub/prerm",
     "helper/debian/bosun-hub/postrm",
+    "helper/debian/bosun-guest/postrm",
 ];
 
 #[test]
@@ -93,7 +95,8 @@ fn packages_are_lintian_clean() -> Result<()> {
     let debs = build_packages(out.path())?;
     packaging_build::lintian(&debs.agent)?;
     packaging_build::lintian(&debs.hub)?;
-    packaging_build::lintian(&debs.ctl)
+    packaging_build::lintian(&debs.ctl)?;
+    packaging_build::lintian(&debs.guest)
 }
 
 /// The agent package asks for no browser and no font package: the agent renders the
@@ -319,6 +322,7 @@ fn bosun_paths() -> BTreeSet<PathBuf> {
         "/usr/lib/systemd",
         "/usr/share/doc",
         "/usr/share/bosun",
+        "/usr/share/bosun-guest",
         "/usr/share/man/man1",
         "/usr/share/bash-completion",
         "/usr/share/zsh",
@@ -412,7 +416,7 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
 
     let out = tempfile::tempdir()?;
     let debs = build_packages(out.path())?;
-    let (agent_deb, hub_deb, ctl_deb) = (&debs.agent, &debs.hub, &debs.ctl);
+    let (agent_deb, hub_deb, ctl_deb, guest_deb) = (&debs.agent, &debs.hub, &debs.ctl, &debs.guest);
 
     let cleanup = Cleanup {
         before: before_paths.clone(),
@@ -423,11 +427,20 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
     std::fs::create_dir_all(&old_slot)?;
     std::fs::write(old_slot.join("bosun-agentd"), b"an older agent")?;
     std::os::unix::fs::symlink("a", Path::new(OLD_SLOTS_PARENT).join("slots/current"))?;
-    check(dpkg().arg("-i").arg(agent_deb).arg(hub_deb).arg(ctl_deb))?;
+    check(
+        dpkg()
+            .arg("-i")
+            .args([agent_deb, hub_deb, ctl_deb, guest_deb]),
+    )?;
     installed_state()?;
     // A second configure (a reinstall) converges to the same state.
-    check(dpkg().arg("-i").arg(agent_deb).arg(hub_deb).arg(ctl_deb))?;
+    check(
+        dpkg()
+            .arg("-i")
+            .args([agent_deb, hub_deb, ctl_deb, guest_deb]),
+    )?;
     installed_state()?;
+    packaging_build::guest::controller_image_from_the_package(guest_deb, out.path())?;
     let question = debconf_state()?;
     ensure!(
         question.contains("bosun-hub/purge_database: false"),
@@ -447,6 +460,10 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
     std::fs::create_dir("/var/lib/bosun-helper/mnt/target-a")?;
     std::fs::write("/etc/bosun/helper.json", b"{}")?;
     std::fs::write(OPERATOR_CONFIG, b"# the operator's\n")?;
+    for file in packaging_build::guest::RUNTIME_FILES {
+        std::fs::create_dir_all(Path::new(file).parent().context("a parent")?)?;
+        std::fs::write(file, b"the controller's")?;
+    }
     let database = Path::new("/var/lib/bosun-hub/hub.sqlite");
     std::fs::write(database, b"db")?;
     std::os::unix::fs::chown(database, Some(hub_uid), Some(hub_gid))?;
@@ -480,6 +497,9 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
         "/var/lib/bosun-consent",
         "/var/lib/bosun-tunnel",
         "/etc/bosun-hub",
+        "/var/lib/bosun-guest",
+        "/etc/bosun-guest",
+        packaging_build::guest::RUNTIME_FILES[1],
     ] {
         ensure!(!Path::new(gone).exists(), "purge removes {gone}");
     }
@@ -557,6 +577,7 @@ fn packages_unknown_to_dpkg() -> Result<()> {
 }
 
 fn installed_state() -> Result<()> {
+    packaging_build::guest::installed_state()?;
     let (bosun_uid, bosun_gid) = ids("bosun")?;
     let (hub_uid, hub_gid) = ids("bosun-hub")?;
     assert_mode("/usr/bin/bosun-agentd", 0, 0, 0o755, false)?;

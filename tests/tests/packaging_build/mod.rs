@@ -11,6 +11,8 @@ use anyhow::{Context, Result, bail, ensure};
 
 use super::{check as check_command, run, stderr, workspace};
 
+pub mod guest;
+
 /// Tags lintian may report that the packages mean, each with why. Everything else, error or
 /// warning, fails the test.
 const INTENDED: &[(&str, &str)] = &[];
@@ -116,7 +118,7 @@ fn target_dir() -> Result<PathBuf> {
     }
 }
 
-/// The three packages `cargo deb` made.
+/// The four packages `cargo deb` made.
 pub struct Packages {
     /// `bosun-agent`.
     pub agent: PathBuf,
@@ -124,15 +126,18 @@ pub struct Packages {
     pub hub: PathBuf,
     /// `bosun-ctl`.
     pub ctl: PathBuf,
+    /// `bosun-guest`.
+    pub guest: PathBuf,
 }
 
 /// `scripts/cli-assets`' arguments: the profile, then every program a package documents.
-const CLI_ASSETS_ARGS: [&str; 5] = [
+const CLI_ASSETS_ARGS: [&str; 6] = [
     "deb",
     "bosun-agentd",
     "bosun-agentctl",
     "bosun-hubd",
     "bosunctl",
+    "bosun-guest",
 ];
 
 pub fn build_packages(out: &Path) -> Result<Packages> {
@@ -156,7 +161,7 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
             "-p",
             "bosun-support",
         ])
-        .args(["-p", "bosun-hubd", "-p", "bosunctl"]);
+        .args(["-p", "bosun-hubd", "-p", "bosunctl", "-p", "bosun-guest"]);
     check_command(&mut build)?;
     // The man pages and completions the packages install, from the binaries just built.
     check_command(
@@ -167,7 +172,7 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
     check_cli_assets(&target.join("deb/cli"), &CLI_ASSETS_ARGS[1..])?;
     let built = started.elapsed();
     let mut debs = Vec::new();
-    for crate_name in ["bosun-agentd", "bosun-hubd", "bosunctl"] {
+    for crate_name in ["bosun-agentd", "bosun-hubd", "bosunctl", "bosun-guest"] {
         let mut deb = Command::new(&cargo);
         deb.current_dir(workspace())
             .env("CARGO_TARGET_DIR", &target)
@@ -198,6 +203,12 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
         built.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
-    let [agent, hub, ctl] = <[PathBuf; 3]>::try_from(debs).expect("three crates, three packages");
-    Ok(Packages { agent, hub, ctl })
+    let [agent, hub, ctl, guest] =
+        <[PathBuf; 4]>::try_from(debs).expect("four crates, four packages");
+    Ok(Packages {
+        agent,
+        hub,
+        ctl,
+        guest,
+    })
 }
