@@ -59,7 +59,13 @@ fn migrating_to_version_14_forgets_signed_goldens_without_a_signature_and_keeps_
     store
         .conn
         .execute_batch(&format!(
-            "ALTER TABLE golden_archives DROP COLUMN verified_ms;
+            "DROP TABLE golden_outcome;
+             ALTER TABLE golden_archives DROP COLUMN prune_failed_ms;
+             ALTER TABLE golden_archives DROP COLUMN prune_error;
+             ALTER TABLE golden_archives DROP COLUMN prune_attempts;
+             ALTER TABLE golden_archives DROP COLUMN removed_ms;
+             ALTER TABLE golden_archives DROP COLUMN verify_duration_ms;
+             ALTER TABLE golden_archives DROP COLUMN verified_ms;
              ALTER TABLE golden_archives DROP COLUMN signer_principals;
              ALTER TABLE golden_archives DROP COLUMN signer_fingerprint;
              ALTER TABLE golden_archives DROP COLUMN signature;
