@@ -439,7 +439,7 @@ ALTER TABLE golden_archives ADD COLUMN prune_attempts INTEGER NOT NULL DEFAULT 0
     CHECK (prune_attempts >= 0);
 ALTER TABLE golden_archives ADD COLUMN prune_error TEXT;
 ALTER TABLE golden_archives ADD COLUMN prune_failed_ms INTEGER;
-CREATE TABLE golden_outcome (
+CREATE TABLE IF NOT EXISTS golden_outcome (
     id       INTEGER PRIMARY KEY CHECK (id = 1),
     outcome  TEXT NOT NULL,
     reason   TEXT,
