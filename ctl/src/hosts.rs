@@ -156,6 +156,7 @@ pub async fn run(
                     "SYNC",
                     "JOBS",
                     "ESCROW",
+                    "GOLDEN",
                     "LABELS",
                 ],
                 &rows,
@@ -381,6 +382,7 @@ pub fn summary_row(host: &HostSummary, id_len: usize) -> Vec<String> {
         crate::status::sync::word(host).to_owned(),
         host.pending_jobs.to_string(),
         host.escrow.as_str().to_owned(),
+        crate::status::golden::column(host),
         crate::host_labels::text(&host.labels),
     ]
 }
@@ -497,6 +499,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             ));
         }
         fields.extend(verify_fields(host, report));
+        fields.extend(crate::status::golden::fields(host, jiff::Timestamp::now()));
     }
     table::print_fields(&fields)
 }

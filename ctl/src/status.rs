@@ -3,6 +3,7 @@
 //! last backup and restore test per host, and the newest alerts.
 
 mod backups;
+pub mod golden;
 pub mod hardware;
 pub mod health;
 mod restore_results;
@@ -213,6 +214,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             "  pbs verify        {}",
             verify::host_summary(host)
         ));
+        out.extend(golden::host_line(host, now));
         out.extend(backups::storage_lines(host));
         out.extend(backups::tier_lines(host, now));
         let guests = guest_lines(host);

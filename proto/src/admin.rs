@@ -225,6 +225,9 @@ pub struct HostSummary {
     /// The operator's labels on the host ([`crate::capabilities::LabelKey`] = value).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The golden base the host's last report says it provisions guests from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden: Option<crate::golden_report::GoldenSummary>,
 }
 
 /// The hub's escrow of a host's PBS key K (`bosun.escrow/v1`, `PUT /v1/hosts/{id}/escrow`).

@@ -13,7 +13,7 @@
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
 //! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`,
-//!   `restore_tests`, `verifications`, `host_health`, `data_plan`, `refused`: present only when
+//!   `restore_tests`, `verifications`, `host_health`, `data_plan`, `refused`, `golden`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `host_unread`: the host metrics the base carried could not be read this time (the
 //!   report's `host` is absent from now on, until a delta carries `host` again);
@@ -106,6 +106,9 @@ pub struct ReportDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(max_items = 512))]
     pub refused: Option<Vec<crate::refused::Refused>>,
+    /// The host's golden base, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden: Option<crate::golden_report::GoldenReport>,
 }
 
 impl ReportDelta {
@@ -172,6 +175,10 @@ impl ReportDelta {
                 .clone()
                 .filter(|p| base.data_plan.as_ref() != Some(p)),
             refused: changed(base.refused != current.refused).map(|()| current.refused.clone()),
+            golden: current
+                .golden
+                .clone()
+                .filter(|g| base.golden.as_ref() != Some(g)),
         }
     }
 
@@ -193,6 +200,7 @@ impl ReportDelta {
             && self.host_health.is_none()
             && self.data_plan.is_none()
             && self.refused.is_none()
+            && self.golden.is_none()
     }
 
     /// Checks the fields the hub relies on.
@@ -233,6 +241,9 @@ impl ReportDelta {
         }
         if let Some(tunnel) = &self.tunnel {
             tunnel.validate()?;
+        }
+        if let Some(golden) = &self.golden {
+            golden.validate()?;
         }
         validate::count(
             "removed_guests",
@@ -327,6 +338,9 @@ impl StateReport {
         }
         if let Some(refused) = &delta.refused {
             self.refused = refused.clone();
+        }
+        if let Some(golden) = &delta.golden {
+            self.golden = Some(golden.clone());
         }
         self.audit.clear();
     }

@@ -46,6 +46,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         host_health: None,
         data_plan: None,
         refused: Vec::new(),
+        golden: None,
     }
 }
 

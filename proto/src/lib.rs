@@ -52,6 +52,7 @@ pub mod escrow;
 pub mod fingerprint;
 pub mod golden;
 pub mod golden_recipe;
+pub mod golden_report;
 pub mod guest_thresholds;
 pub mod hardware;
 pub mod health;

@@ -105,6 +105,10 @@ pub struct StateReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(max_items = 512))]
     pub refused: Vec<crate::refused::Refused>,
+    /// The host's golden base: the build guests are provisioned from, a newer one awaiting
+    /// verification, the archives kept and the last build's outcome (decision 0083).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden: Option<crate::golden_report::GoldenReport>,
 }
 
 /// One bulk volume and what backs it up.
@@ -616,6 +620,7 @@ impl StateReport {
             host_health: None,
             data_plan: None,
             refused: Vec::new(),
+            golden: None,
         }
     }
 
@@ -636,6 +641,9 @@ impl StateReport {
         }
         if let Some(tunnel) = &self.tunnel {
             tunnel.validate()?;
+        }
+        if let Some(golden) = &self.golden {
+            golden.validate()?;
         }
         if let Some(recipient) = &self.storage_recipient
             && !crate::secret::is_age_recipient(recipient)

@@ -145,7 +145,10 @@ pub(super) fn golden_build(
         w.config.golden.clone(),
     )
     .with_pending(pending)
-    .with_boot_test(Arc::new(boot_test));
+    .with_boot_test(Arc::new(boot_test))
+    .with_remover(Arc::new(crate::guests::golden_build::prune::PveRemover(
+        Arc::clone(w.pve),
+    )));
     let task =
         crate::guests::golden_build::build_task::GoldenBuildTask::new(builder, w.desired.clone());
     w.tasks.spawn("golden_build", task.run(w.cancel.clone()));

@@ -29,6 +29,8 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         data_plan: _,
         // Shown, never judged: the host's sync state, not a condition of its own.
         refused: _,
+        // Shown, never judged: a failed verification is alerted from its audit entry.
+        golden: _,
         // Audit entries are judged one by one as they arrive, whatever the delta holds.
         audit: _,
         guests,
@@ -80,9 +82,11 @@ pub fn delta_is_live_only(delta: &ReportDelta) -> bool {
         restore_tests,
         verifications,
         refused,
+        golden,
     } = delta;
     guests.is_empty()
         && refused.is_none()
+        && golden.is_none()
         && removed_guests.is_empty()
         && storage.is_none()
         && last_backups.is_empty()

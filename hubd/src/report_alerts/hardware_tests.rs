@@ -32,6 +32,7 @@ fn report(health: HostHealth) -> StateReport {
         host_health: Some(health),
         data_plan: None,
         refused: Vec::new(),
+        golden: None,
     }
 }
 

@@ -31,6 +31,7 @@ fn report(health: Option<HostHealth>, tunnel: Option<TunnelHealth>) -> StateRepo
         host_health: health,
         data_plan: None,
         refused: Vec::new(),
+        golden: None,
     }
 }
 

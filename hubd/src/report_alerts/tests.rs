@@ -45,6 +45,7 @@ fn report() -> StateReport {
         host_health: None,
         data_plan: None,
         refused: Vec::new(),
+        golden: None,
     }
 }
 

@@ -21,12 +21,20 @@ fn summary_select(dialect: Dialect, filter: &str) -> String {
         "CASE WHEN json_valid(r.report) THEN json_extract(r.report, '$.pbs_key_fingerprint') END",
         "(r.report::json ->> 'pbs_key_fingerprint')",
     );
+    let golden = |field: &str| match dialect {
+        Dialect::Sqlite => format!(
+            "CASE WHEN json_valid(r.report) THEN json_extract(r.report, '$.golden.current.{field}') END"
+        ),
+        Dialect::Postgres => format!("(r.report::json -> 'golden' -> 'current' ->> '{field}')"),
+    };
+    let (version, sha256, built_at) = (golden("version"), golden("sha256"), golden("built_at"));
     format!(
         "SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms,
                 h.agent_version, h.controller_version, COALESCE(d.generation, 0),
                 h.known_generation, h.applied_generation,
                 (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued'),
-                e.key_fingerprint, e.updated_ms, {reported_fingerprint}, h.stopped_ms
+                e.key_fingerprint, e.updated_ms, {reported_fingerprint}, h.stopped_ms,
+                {version}, {sha256}, {built_at}
          FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
               LEFT JOIN escrow e ON e.host_id = h.host_id
               LEFT JOIN host_reports r ON r.host_id = h.host_id
@@ -51,6 +59,9 @@ fn summary(row: &Row<'_, '_>) -> rusqlite::Result<RawSummary> {
         escrow_ms: row.get(12)?,
         reported_fingerprint: row.get(13)?,
         stopped_ms: row.get(14)?,
+        golden_version: row.get(15)?,
+        golden_sha256: row.get(16)?,
+        golden_built_at: row.get(17)?,
     })
 }
 
@@ -70,6 +81,9 @@ struct RawSummary {
     escrow_ms: Option<i64>,
     reported_fingerprint: Option<String>,
     stopped_ms: Option<i64>,
+    golden_version: Option<String>,
+    golden_sha256: Option<String>,
+    golden_built_at: Option<String>,
 }
 
 impl RawSummary {
@@ -99,8 +113,29 @@ impl RawSummary {
             )?,
             health: None,
             labels: std::collections::BTreeMap::new(),
+            golden: golden_summary(
+                self.golden_version,
+                self.golden_sha256,
+                self.golden_built_at,
+            ),
         })
     }
+}
+
+/// The host's current golden base as its stored report names it; a report the hub stored
+/// passed its validation, so a version and digest that do not fit are left out, not shown.
+fn golden_summary(
+    version: Option<String>,
+    sha256: Option<String>,
+    built_at: Option<String>,
+) -> Option<bosun_proto::golden_report::GoldenSummary> {
+    let (version, sha256) = (version?, sha256?);
+    let fits = |s: &str, max: usize| s.len() <= max && !s.chars().any(char::is_control);
+    (fits(&version, 64) && fits(&sha256, 64)).then(|| bosun_proto::golden_report::GoldenSummary {
+        version,
+        sha256,
+        built_at: built_at.and_then(|t| t.parse().ok()),
+    })
 }
 
 /// Fails with `UnknownHost` unless the host exists; returns its status.

@@ -85,7 +85,7 @@ pub(crate) async fn page(
                 table class="stack" id="hosts" {
                     thead { tr {
                         th { "Host" } th { "State" } th { "Last seen" } th { "Generation" }
-                        th { "Agent" } th { "Queued jobs" } th { "Escrow" } th { "Open alerts" }
+                        th { "Agent" } th { "Golden base" } th { "Queued jobs" } th { "Escrow" } th { "Open alerts" }
                     } }
                     tbody {
                         @for host in &hosts { (row(host, &facts, now)) }
@@ -211,6 +211,10 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
                 @if !converged { " " (layout::badge("converging", "warn")) }
             }
             td data-label="Agent" { (host.agent_version.as_deref().unwrap_or("-")) }
+            td data-label="Golden base" {
+                @if let Some(g) = &host.golden { (g.version) " " span title=(g.sha256) { (g.short_sha256()) } }
+                @else { "-" }
+            }
             td data-label="Queued jobs" { (host.pending_jobs) }
             td data-label="Escrow" { (host.escrow.as_str()) }
             td data-label="Open alerts" {

@@ -89,6 +89,8 @@ pub(crate) async fn page(
         (backups::restore_tests(host, now))
         h2 { "PBS verification" }
         (verify::section(host, now))
+        h2 { "Golden base" }
+        (super::golden::section(host, now))
         h2 { "Storage targets" }
         (backups::storage(host))
         h2 { "Open alerts" }

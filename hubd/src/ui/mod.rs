@@ -24,6 +24,7 @@ mod audit;
 mod backups;
 mod error;
 mod fleet;
+mod golden;
 mod hardware;
 mod health;
 mod history;

@@ -398,6 +398,7 @@ pub fn report() -> StateReport {
         host_health: None,
         data_plan: None,
         refused: Vec::new(),
+        golden: None,
     }
 }
 

@@ -5,8 +5,11 @@
 //! is audited (`golden.build_failed`, or `golden.verify_failed` for a build that did not pass
 //! its boot test) and retried after a pause that doubles from
 //! [`FIRST_RETRY`] up to [`MAX_RETRY`]. Builds run one at a time, outside any guest queue
-//! (the builder is a container of its own, destroyed at the end).
+//! (the builder is a container of its own, destroyed at the end). Each pass ends with a
+//! pruning pass over old archives ([`super::prune`]); one that left work wakes the task again
+//! after [`FIRST_RETRY`]. The last outcome is journaled for the report.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,16 +57,19 @@ impl GoldenBuildTask {
             let mut retry_in = None;
             let mut refresh_at = None;
             if let Some(signed) = recipe.filter(|r| refused.as_ref() != Some(r)) {
+                let version = signed.golden_recipe().ok().map(|r| r.version);
                 match self.builder.ensure(&signed).await {
                     Ok(built) => {
                         failed = None;
                         if let Some(build) = built {
                             tracing::info!(volid = %build.volid, version = %build.version, "golden image built");
+                            self.outcome("verified", None, version).await;
                         }
                         refresh_at = self.builder.next_refresh(&signed).await;
                     }
                     Err(e) if e.is_refusal() => {
                         self.audit("golden.build_refused", &e).await;
+                        self.outcome("refused", Some(e.reason()), version).await;
                         refused = Some(signed);
                     }
                     Err(e) => {
@@ -71,16 +77,20 @@ impl GoldenBuildTask {
                             Some((last, pause)) if *last == signed => (*pause * 2).min(MAX_RETRY),
                             _ => FIRST_RETRY,
                         };
-                        let action = if e.is_verify_failure() {
-                            "golden.verify_failed"
+                        let (action, outcome) = if e.is_verify_failure() {
+                            ("golden.verify_failed", "verify_failed")
                         } else {
-                            "golden.build_failed"
+                            ("golden.build_failed", "build_failed")
                         };
                         self.audit(action, &e).await;
+                        self.outcome(outcome, Some(e.reason()), version).await;
                         failed = Some((signed, pause));
                         retry_in = Some(pause);
                     }
                 }
+            }
+            if self.prune().await && retry_in.is_none() {
+                retry_in = Some(FIRST_RETRY);
             }
             let clock = &self.builder.clock;
             let wake = match (retry_in, refresh_at) {
@@ -99,6 +109,44 @@ impl GoldenBuildTask {
                     () = wake => {}
                 },
             }
+        }
+    }
+
+    /// One pruning pass ([`super::prune`]); gives whether something is left for another
+    /// pass soon (a failed or deferred removal), which never stops the task.
+    async fn prune(&self) -> bool {
+        let Some(remover) = &self.builder.remover else {
+            return false;
+        };
+        let named: BTreeSet<String> = self
+            .desired
+            .borrow()
+            .as_ref()
+            .map(|d| {
+                d.state
+                    .guests
+                    .iter()
+                    .filter_map(|g| g.golden.version.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        match super::prune::prune(&self.builder.journal, remover.as_ref(), &named).await {
+            Ok(outcome) => outcome.left_work(),
+            Err(e) => {
+                tracing::error!(error = %error_chain(&e), "golden archives not pruned");
+                true
+            }
+        }
+    }
+
+    async fn outcome(&self, outcome: &str, reason: Option<&str>, version: Option<String>) {
+        let written = self
+            .builder
+            .journal
+            .record_golden_outcome(outcome.to_owned(), reason.map(str::to_owned), version)
+            .await;
+        if let Err(e) = written {
+            tracing::error!(error = %error_chain(&e), "could not journal the golden build's outcome");
         }
     }
 

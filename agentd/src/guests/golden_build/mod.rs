@@ -21,12 +21,18 @@
 //! [`boot_test`]). Only verified builds seed guests; one that fails is kept unverified,
 //! audited `golden.verify_failed`, and built again after the retry pause.
 //!
+//! Old archives are removed after each pass, keeping the newest build and the newest verified
+//! one ([`prune`]); the journal's builds, their verification and the last outcome are the
+//! report's golden base ([`report`]).
+//!
 //! A recipe whose signature does not verify is never built (audited once,
 //! `golden.build_refused`). A failed build is audited (`golden.build_failed`) and retried
 //! with a growing pause ([`build_task`]).
 
 pub mod boot_test;
 pub mod build_task;
+pub mod prune;
+pub mod report;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -167,6 +173,7 @@ pub struct GoldenBuilder {
     settings: GoldenSettings,
     pending: PendingBuild,
     boot_test: Option<Arc<dyn boot_test::BootTest>>,
+    remover: Option<Arc<dyn prune::ArchiveRemover>>,
 }
 
 impl GoldenBuilder {
@@ -186,6 +193,7 @@ impl GoldenBuilder {
             settings,
             pending: PendingBuild::default(),
             boot_test: None,
+            remover: None,
         }
     }
 
@@ -193,6 +201,14 @@ impl GoldenBuilder {
     #[must_use]
     pub fn with_boot_test(mut self, boot_test: Arc<dyn boot_test::BootTest>) -> Self {
         self.boot_test = Some(boot_test);
+        self
+    }
+
+    /// The same builder, removing old archives with `remover` after each pass
+    /// ([`prune`]).
+    #[must_use]
+    pub fn with_remover(mut self, remover: Arc<dyn prune::ArchiveRemover>) -> Self {
+        self.remover = Some(remover);
         self
     }
 
@@ -305,7 +321,11 @@ impl GoldenBuilder {
             "boot_test_s": started.elapsed().as_secs(),
         });
         self.journal
-            .mark_golden_verified(build.volid.clone(), detail)
+            .mark_golden_verified(
+                build.volid.clone(),
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                detail,
+            )
             .await
             .map_err(|source| GoldenBuildError::Journal {
                 version: build.version.clone(),

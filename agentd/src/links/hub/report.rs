@@ -236,6 +236,7 @@ mod tests {
             host_health: None,
             data_plan: None,
             refused: Vec::new(),
+            golden: None,
         }
     }
 

@@ -217,6 +217,7 @@ impl ReportState {
         let restore_tests = super::report::restore_tests(journal).await;
         let last_restore_test = restore_tests.iter().max_by_key(|t| t.finished_at).cloned();
         let verifications = crate::data::verify::reports(journal).await;
+        let golden = crate::guests::golden_build::report::report(journal).await;
         let storage = self.sources.storage.borrow().targets.clone();
         let last_backups =
             super::restored_backups::with_restored(journal, last_backups, &storage).await;
@@ -248,6 +249,7 @@ impl ReportState {
             host_health: health.host,
             data_plan,
             refused: status.refused.clone(),
+            golden,
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),

@@ -104,15 +104,17 @@ impl Store {
     pub fn mark_golden_verified(
         &mut self,
         volid: &str,
+        took_ms: u64,
         detail: serde_json::Value,
     ) -> Result<bool, JournalError> {
+        let took_ms = i64::try_from(took_ms).unwrap_or(i64::MAX);
         let now = self.now();
         self.write("mark golden build verified", |tx| {
             let changed = tx
                 .execute(
-                    "UPDATE golden_archives SET verified_ms = ?2
+                    "UPDATE golden_archives SET verified_ms = ?2, verify_duration_ms = ?3
                      WHERE volid = ?1 AND source = 'built'",
-                    params![volid, to_ms(now)],
+                    params![volid, to_ms(now), took_ms],
                 )
                 .map_err(query_err("mark golden build verified"))?;
             if changed == 0 {
@@ -136,6 +138,7 @@ impl Store {
                  FROM golden_archives
                  WHERE source = 'built' AND recipe_version IS NOT NULL
                    AND size IS NOT NULL AND controller_digest IS NOT NULL
+                   AND removed_ms IS NULL
                  ORDER BY built_ms DESC, rowid DESC LIMIT ?1",
             )
             .map_err(query_err(WHAT))?;
@@ -186,7 +189,7 @@ impl Store {
             .query_row(
                 "SELECT volid, sha256, built_ms, size, controller_digest FROM golden_archives
                  WHERE source = 'built' AND recipe_version = ?1 AND verified_ms IS NOT NULL
-                   AND size IS NOT NULL AND controller_digest IS NOT NULL
+                   AND removed_ms IS NULL AND size IS NOT NULL AND controller_digest IS NOT NULL
                    AND (?2 IS NULL OR controller_digest = ?2)
                  ORDER BY built_ms DESC LIMIT 1",
                 params![version, controller_digest],
@@ -216,8 +219,8 @@ journal_calls! {
     /// See [`Store::record_golden_build`].
     fn record_golden_build(build: GoldenBuild) -> () = |s| s.record_golden_build(&build);
     /// See [`Store::mark_golden_verified`].
-    fn mark_golden_verified(volid: String, detail: serde_json::Value) -> bool
-        = |s| s.mark_golden_verified(&volid, detail);
+    fn mark_golden_verified(volid: String, took_ms: u64, detail: serde_json::Value) -> bool
+        = |s| s.mark_golden_verified(&volid, took_ms, detail);
     /// See [`Store::golden_builds`].
     fn golden_builds(limit: u32) -> Vec<ListedBuild> = |s| s.golden_builds(limit);
     /// See [`Store::golden_build`].

@@ -59,6 +59,7 @@ mod controllers;
 mod data_plan;
 mod floor;
 mod golden;
+mod golden_archives;
 mod golden_builds;
 pub mod guest_audit;
 mod guest_failures;
@@ -85,6 +86,10 @@ pub use data_plan::StoredPlan;
 pub use error::JournalError;
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSignature, GoldenSource};
+pub use golden_archives::{
+    GOLDEN_PRUNE_FAILED_ACTION, GOLDEN_PRUNED_ACTION, GoldenOutcomeRow, KeptArchive,
+    MAX_KEPT_LISTED,
+};
 pub use golden_builds::{
     GOLDEN_BUILT_ACTION, GOLDEN_VERIFIED_ACTION, GoldenBuild, ListedBuild, MAX_LISTED_BUILDS,
 };

@@ -427,11 +427,31 @@ CREATE TABLE IF NOT EXISTS verifications (
 ALTER TABLE golden_archives ADD COLUMN verified_ms INTEGER;
 UPDATE golden_archives SET verified_ms = built_ms WHERE source = 'built';
 "#,
+    // Version 24: the golden base in the report and its pruning (decision 0083). How long a
+    // build's verification took; when its archive was removed from the golden storage (the
+    // row stays, as the provenance of the guests built from it) and the last failed try to;
+    // the build task's last outcome.
+    r#"
+ALTER TABLE golden_archives ADD COLUMN verify_duration_ms INTEGER
+    CHECK (verify_duration_ms IS NULL OR verify_duration_ms >= 0);
+ALTER TABLE golden_archives ADD COLUMN removed_ms INTEGER;
+ALTER TABLE golden_archives ADD COLUMN prune_attempts INTEGER NOT NULL DEFAULT 0
+    CHECK (prune_attempts >= 0);
+ALTER TABLE golden_archives ADD COLUMN prune_error TEXT;
+ALTER TABLE golden_archives ADD COLUMN prune_failed_ms INTEGER;
+CREATE TABLE IF NOT EXISTS golden_outcome (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    outcome  TEXT NOT NULL,
+    reason   TEXT,
+    version  TEXT,
+    at_ms    INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 23;
+pub const SCHEMA_VERSION: i64 = 24;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

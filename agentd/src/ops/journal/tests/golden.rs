@@ -59,7 +59,13 @@ fn migrating_to_version_14_forgets_signed_goldens_without_a_signature_and_keeps_
     store
         .conn
         .execute_batch(&format!(
-            "ALTER TABLE golden_archives DROP COLUMN verified_ms;
+            "DROP TABLE golden_outcome;
+             ALTER TABLE golden_archives DROP COLUMN prune_failed_ms;
+             ALTER TABLE golden_archives DROP COLUMN prune_error;
+             ALTER TABLE golden_archives DROP COLUMN prune_attempts;
+             ALTER TABLE golden_archives DROP COLUMN removed_ms;
+             ALTER TABLE golden_archives DROP COLUMN verify_duration_ms;
+             ALTER TABLE golden_archives DROP COLUMN verified_ms;
              ALTER TABLE golden_archives DROP COLUMN signer_principals;
              ALTER TABLE golden_archives DROP COLUMN signer_fingerprint;
              ALTER TABLE golden_archives DROP COLUMN signature;
@@ -80,5 +86,84 @@ fn migrating_to_version_14_forgets_signed_goldens_without_a_signature_and_keeps_
         store.golden(SIGNED).unwrap(),
         None,
         "a signed record with no signature to check again is forgotten"
+    );
+}
+
+fn build(volid: &str, version: &str, at_ms: i64) -> GoldenBuild {
+    GoldenBuild {
+        volid: volid.into(),
+        sha256: "c".repeat(64),
+        size: 4096,
+        version: version.into(),
+        controller_digest: "sha256:d".into(),
+        built_at: jiff::Timestamp::from_millisecond(at_ms).unwrap(),
+    }
+}
+
+#[test]
+fn a_removed_archive_is_neither_listed_nor_provisioned_from_and_a_failed_removal_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    let (old, new) = ("local:backup/old.tar.zst", "local:backup/new.tar.zst");
+    store.record_golden_build(&build(old, "v1", 1_000)).unwrap();
+    store.record_golden_build(&build(new, "v1", 2_000)).unwrap();
+    assert!(
+        store
+            .mark_golden_verified(old, 1_500, serde_json::json!({}))
+            .unwrap()
+    );
+    let kept = store.golden_archives().unwrap();
+    assert_eq!(kept.len(), 2);
+    assert_eq!(kept[0].volid, new, "newest first");
+    assert_eq!(kept[1].verify_ms, Some(1_500));
+    store
+        .record_golden_prune_failure(old, "storage is locked\n\u{1b}[2J")
+        .unwrap();
+    store.record_golden_prune_failure(old, "again").unwrap();
+    let failed = &store.golden_archives().unwrap()[1];
+    assert_eq!(failed.prune_attempts, 2);
+    assert_eq!(failed.prune_failed.as_ref().unwrap().1, "again");
+    store.mark_golden_removed(old).unwrap();
+    assert_eq!(store.golden_archives().unwrap().len(), 1);
+    assert_eq!(store.golden_builds(16).unwrap().len(), 1);
+    assert_eq!(
+        store.golden_build("v1", None).unwrap(),
+        None,
+        "the removed build was the only verified one: nothing seeds a guest"
+    );
+    let audit = store.audit_since(0, 100).unwrap();
+    let actions: Vec<&str> = audit.iter().map(|e| e.event.event.as_str()).collect();
+    assert!(actions.contains(&"golden.prune_failed"), "{actions:?}");
+    assert!(actions.contains(&"golden.pruned"), "{actions:?}");
+    let texts: Vec<String> = audit
+        .iter()
+        .filter(|e| e.event.event == "golden.prune_failed")
+        .map(|e| e.event.detail["error"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!texts[0].contains('\u{1b}'), "{texts:?}");
+}
+
+#[test]
+fn a_running_provisioning_keeps_every_archive_busy_and_the_outcome_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    assert!(!store.golden_archive_busy(BUILT).unwrap());
+    store.begin_operation(&provision()).unwrap();
+    assert!(store.golden_archive_busy(BUILT).unwrap());
+    assert_eq!(store.golden_outcome().unwrap(), None);
+    store
+        .record_golden_outcome("verify_failed", Some("boot_test_failed"), Some("v1"))
+        .unwrap();
+    store
+        .record_golden_outcome("verified", None, Some("v2"))
+        .unwrap();
+    let outcome = store.golden_outcome().unwrap().unwrap();
+    assert_eq!(
+        (
+            outcome.outcome.as_str(),
+            outcome.reason,
+            outcome.version.as_deref()
+        ),
+        ("verified", None, Some("v2"))
     );
 }

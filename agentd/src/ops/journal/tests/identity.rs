@@ -14,7 +14,13 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     store
         .conn
         .execute_batch(
-            "ALTER TABLE golden_archives DROP COLUMN verified_ms;
+            "DROP TABLE golden_outcome;
+             ALTER TABLE golden_archives DROP COLUMN prune_failed_ms;
+             ALTER TABLE golden_archives DROP COLUMN prune_error;
+             ALTER TABLE golden_archives DROP COLUMN prune_attempts;
+             ALTER TABLE golden_archives DROP COLUMN removed_ms;
+             ALTER TABLE golden_archives DROP COLUMN verify_duration_ms;
+             ALTER TABLE golden_archives DROP COLUMN verified_ms;
              ALTER TABLE golden_archives DROP COLUMN signer_principals;
              ALTER TABLE golden_archives DROP COLUMN signer_fingerprint;
              ALTER TABLE golden_archives DROP COLUMN signature;
