@@ -61,6 +61,7 @@ mod floor;
 mod golden;
 mod golden_builds;
 pub mod guest_audit;
+mod guest_changes;
 mod guest_failures;
 mod guests;
 mod jobs;
