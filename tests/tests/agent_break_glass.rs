@@ -15,7 +15,7 @@ mod agent_support;
 
 use std::time::Duration;
 
-use agent_support::consent::{Controller, support_shell, support_shell_output};
+use agent_support::consent::{ConsentStack, Controller, consent_stack, support_shell};
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
@@ -129,7 +129,10 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
     // anything else is refused; both reach the hub's audit trail, naming the door.
     let session = enable.to_string();
     let consent = files.dir.path().join("consent.json");
-    let shell = |asked| support_shell(&files, &sim, &session, &spool, &consent, asked);
+    let shell = |asked| {
+        let ran = support_shell(&files, &sim, &session, &spool, &consent, asked);
+        ran.status.code().unwrap()
+    };
     assert_eq!(shell("status"), 0);
     assert_eq!(shell("bash -i"), 2);
     let path = format!("/v1/admin/audit?host={host}&limit=500");
@@ -185,16 +188,14 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it() {
-    let (sim, hub, files) = enrolled_stack().await;
-    let spool = files.dir.path().join("support-commands.jsonl");
-    let consent = files.dir.path().join("consent.json");
-    files.use_local_api(
-        0,
-        &format!(
-            "[backup]\nstorage = \"local\"\n[break_glass]\nspool = {spool:?}\nconsent = {consent:?}\nscan_interval_seconds = 1\n"
-        ),
-    );
-    let agent = InProcessAgent::start(&files.config_path).await;
+    let ConsentStack {
+        sim,
+        hub,
+        files,
+        spool,
+        consent,
+        agent,
+    } = consent_stack().await;
     let host = agent.handles.host_id;
     let (alpha, beta) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     hub.put_desired(
@@ -236,7 +237,10 @@ async fn a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it
     let result = job_result(&hub, host, enable).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");
     let session = enable.to_string();
-    let shell = |asked: String| support_shell(&files, &sim, &session, &spool, &consent, &asked);
+    let shell = |asked: String| {
+        let ran = support_shell(&files, &sim, &session, &spool, &consent, &asked);
+        ran.status.code().unwrap()
+    };
     let config_a = format!("guest-config {a}");
     let config_b = format!("guest-config {b}");
     assert_eq!(
@@ -398,16 +402,14 @@ async fn a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommissioned_guests_consent_opens_nothing_on_the_next_guest_at_its_vmid() {
-    let (sim, hub, files) = enrolled_stack().await;
-    let spool = files.dir.path().join("support-commands.jsonl");
-    let consent = files.dir.path().join("consent.json");
-    files.use_local_api(
-        0,
-        &format!(
-            "[backup]\nstorage = \"local\"\n[break_glass]\nspool = {spool:?}\nconsent = {consent:?}\nscan_interval_seconds = 1\n"
-        ),
-    );
-    let agent = InProcessAgent::start(&files.config_path).await;
+    let ConsentStack {
+        sim,
+        hub,
+        files,
+        spool,
+        consent,
+        agent,
+    } = consent_stack().await;
     let host = agent.handles.host_id;
     let (alpha, gamma) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     hub.put_desired(host, &desired(&sim, &[(alpha, "alpha")], "running"))
@@ -417,7 +419,7 @@ async fn a_decommissioned_guests_consent_opens_nothing_on_the_next_guest_at_its_
     let ctl_alpha = Controller::of(&files, vmid).await;
     let session = uuid::Uuid::new_v4().to_string();
     let asked = format!("guest-config {vmid}");
-    let shell = || support_shell_output(&files, &sim, &session, &spool, &consent, &asked);
+    let shell = || support_shell(&files, &sim, &session, &spool, &consent, &asked);
 
     // Alpha consents: its command runs.
     let (code, answer) = ctl_alpha
@@ -434,17 +436,8 @@ async fn a_decommissioned_guests_consent_opens_nothing_on_the_next_guest_at_its_
 
     // A signed decommission destroys alpha: its consent leaves the file with it.
     let operator = files.trusted_operator();
-    let (host_s, guest_s, vmid_s) = (host.to_string(), alpha.to_string(), vmid.to_string());
-    let args = [
-        "--kind",
-        "decommission",
-        "--host",
-        &host_s,
-        "--guest",
-        &guest_s,
-        "--vmid",
-        &vmid_s,
-    ];
+    let args = format!("--kind decommission --host {host} --guest {alpha} --vmid {vmid}");
+    let args: Vec<&str> = args.split(' ').collect();
     let decommission = submit(&hub, &operator, files.dir.path(), &args).await;
     let result = job_result(&hub, host, decommission).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");

@@ -9,26 +9,44 @@ use std::time::Duration;
 use bosun_pvesim::SimHandle;
 use serde_json::Value;
 
-use super::{AgentFiles, eventually};
+use super::{AgentFiles, InProcessAgent, RealHub, enrolled_stack, eventually};
 
-/// Runs the workspace's `bosun-support` as the door's forced command does: the session the
-/// line names, the agent's consent file, `asked` as the client's command; gives its exit status.
-pub fn support_shell(
-    files: &AgentFiles,
-    sim: &SimHandle,
-    session: &str,
-    spool: &std::path::Path,
-    consent: &std::path::Path,
-    asked: &str,
-) -> i32 {
-    support_shell_output(files, sim, session, spool, consent, asked)
-        .status
-        .code()
-        .unwrap()
+/// An enrolled stack whose agent (started in process) serves its guests' local API and keeps
+/// break-glass's spool and consent file beneath its directory.
+pub struct ConsentStack {
+    pub sim: SimHandle,
+    pub hub: RealHub,
+    pub files: AgentFiles,
+    pub spool: std::path::PathBuf,
+    pub consent: std::path::PathBuf,
+    pub agent: InProcessAgent,
 }
 
-/// [`support_shell`], giving all it wrote.
-pub fn support_shell_output(
+/// [`ConsentStack`], its agent started.
+pub async fn consent_stack() -> ConsentStack {
+    let (sim, hub, files) = enrolled_stack().await;
+    let spool = files.dir.path().join("support-commands.jsonl");
+    let consent = files.dir.path().join("consent.json");
+    files.use_local_api(
+        0,
+        &format!(
+            "[backup]\nstorage = \"local\"\n[break_glass]\nspool = {spool:?}\nconsent = {consent:?}\nscan_interval_seconds = 1\n"
+        ),
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    ConsentStack {
+        sim,
+        hub,
+        files,
+        spool,
+        consent,
+        agent,
+    }
+}
+
+/// Runs the workspace's `bosun-support` as the door's forced command does: the session the
+/// line names, the agent's consent file, `asked` as the client's command; gives all it did.
+pub fn support_shell(
     files: &AgentFiles,
     sim: &SimHandle,
     session: &str,
