@@ -355,7 +355,7 @@ async fn spawn_all(
             storage: storage_facts.clone(),
             restore_tests,
             controllers: controllers.clone(),
-            consent: consent_book(&w, config, &opened).await,
+            consent: consent_book(&w, config, opened).await,
         },
     );
     let host_id = host.identity.host_id;
