@@ -257,7 +257,11 @@ fn support_shell() -> std::path::PathBuf {
 fn run_support(dir: &std::path::Path, session: Uuid, asked: &str, sudo_exit: u8) -> i32 {
     use std::os::unix::fs::PermissionsExt;
     let sudo = dir.join("sudo");
-    std::fs::write(&sudo, format!("#!/bin/sh\nexit {sudo_exit}\n")).unwrap();
+    // `pct config VMID` shows guest VMID carrying the identity `bosun-op-g<VMID>`.
+    let script = format!(
+        "#!/bin/sh\n[ \"$3 $4\" = '/usr/sbin/pct config' ] && echo \"tags: bosun-op-g$5\"\nexit {sudo_exit}\n"
+    );
+    std::fs::write(&sudo, script).unwrap();
     std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = std::process::Command::new(support_shell())
         .arg("--session")
@@ -296,6 +300,7 @@ async fn commands_run_through_the_door_reach_the_audit_trail_once() {
         consents: vec![bosun_support::consent::Consent {
             vmid: 205,
             guest_id: "guest-205".into(),
+            identity: "bosun-op-g205".into(),
             expires_at: u64::try_from(jiff::Timestamp::now().as_second()).unwrap() + 3600,
         }],
     };

@@ -12,13 +12,24 @@ mod localapi_support;
 use std::time::Duration;
 
 use bosun_support::consent::ConsentFile;
-use localapi_support::Harness;
+use localapi_support::{Harness, record_own_guest};
 use serde_json::json;
 
 const CONSENT: &str = "/v1/break-glass/consent";
 
 fn consent_file(h: &Harness) -> ConsentFile {
     ConsentFile::read(&h.dir.path().join("consent.json")).unwrap()
+}
+
+/// The harness with its guests recorded as the agent's own (a consent is bound to the guest
+/// holding its vmid in the journal).
+async fn harness() -> Harness {
+    let h = Harness::start().await;
+    for n in 0..2 {
+        let guest = h.guest(n).clone();
+        record_own_guest(&h.journal, &guest.guest_id, guest.vmid).await;
+    }
+    h
 }
 
 fn now_s() -> u64 {
@@ -30,7 +41,7 @@ fn now_s() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_grants_and_revokes_consent_for_itself_alone_within_the_bound() {
-    let h = Harness::start().await;
+    let h = harness().await;
     let (mine, theirs) = (h.guest(0).clone(), h.guest(1).clone());
     let (status, state) = h.get(0, CONSENT).await;
     assert_eq!(status, 200, "{state}");
@@ -99,8 +110,15 @@ async fn a_guest_grants_and_revokes_consent_for_itself_alone_within_the_bound() 
     assert_eq!(file.consents.len(), 1, "{file:?}");
     assert_eq!(file.consents[0].vmid, mine.vmid);
     assert_eq!(file.consents[0].guest_id, mine.guest_id);
+    assert!(
+        file.consents[0].identity.starts_with("bosun-op-"),
+        "bound to the guest's identity tag: {file:?}"
+    );
     assert_eq!(file.consents[0].expires_at, expires);
-    assert!(file.allows(mine.vmid, now_s()) && !file.allows(theirs.vmid, now_s()));
+    assert!(
+        file.live_for(mine.vmid, now_s()).is_some()
+            && file.live_for(theirs.vmid, now_s()).is_none()
+    );
     let (_, state) = h.get(1, CONSENT).await;
     assert_eq!(
         state["granted"], false,
@@ -111,7 +129,7 @@ async fn a_guest_grants_and_revokes_consent_for_itself_alone_within_the_bound() 
     let (status, state) = h.delete(0, CONSENT).await;
     assert_eq!(status, 200, "{state}");
     assert_eq!(state["granted"], false);
-    assert!(!consent_file(&h).allows(mine.vmid, now_s()));
+    assert!(consent_file(&h).live_for(mine.vmid, now_s()).is_none());
 
     // Both are the guest's own audit rows; the other guest sees neither.
     let (_, page) = h.get(0, "/v1/audit").await;
@@ -136,16 +154,16 @@ async fn a_guest_grants_and_revokes_consent_for_itself_alone_within_the_bound() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consent_ends_at_its_deadline() {
-    let h = Harness::start().await;
+    let h = harness().await;
     let vmid = h.guest(0).vmid;
     let (status, state) = h.post(0, CONSENT, json!({"duration_seconds": 1})).await;
     assert_eq!(status, 200, "{state}");
-    assert!(consent_file(&h).allows(vmid, now_s()));
+    assert!(consent_file(&h).live_for(vmid, now_s()).is_some());
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let (_, state) = h.get(0, CONSENT).await;
     assert_eq!(state["granted"], false, "{state}");
     assert!(
-        !consent_file(&h).allows(vmid, now_s()),
+        consent_file(&h).live_for(vmid, now_s()).is_none(),
         "the support shell reads it as ended by its own clock"
     );
     h.shutdown().await;

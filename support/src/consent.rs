@@ -7,8 +7,15 @@
 //! break-glass account may read it, never write it), so the door's account cannot consent on
 //! a guest's behalf, and a consent ends at its deadline even if the agent is gone.
 //!
-//! Its text: `{"version":1,"consents":[{"vmid":101,"guest_id":"…","expires_at":1764150000}]}`
-//! (`expires_at` in Unix seconds). Anything else reads as no consent at all.
+//! A consent is bound to one guest, not to its vmid: each entry names the guest's Bosun id and
+//! the identity tag the agent wrote into that guest's Proxmox config when it created it
+//! (`bosun-op-…`). The support shell runs a command on a vmid only while the guest there still
+//! carries that tag, so a consent left behind by a destroyed guest opens nothing on a new guest
+//! given the same vmid, even before the agent has removed it.
+//!
+//! Its text: `{"version":2,"consents":[{"vmid":101,"guest_id":"…","identity":"bosun-op-…",
+//! "expires_at":1764150000}]}` (`expires_at` in Unix seconds). Anything else (a version 1
+//! file among it, which named no identity) reads as no consent at all.
 
 use std::io::Read;
 use std::path::Path;
@@ -19,10 +26,12 @@ use serde_json::{Value, json};
 /// directory, the agent's, readable by the break-glass account's group).
 pub const DEFAULT_CONSENT_FILE: &str = "/var/lib/bosun-consent/consent.json";
 /// The version this code writes and reads.
-pub const CONSENT_VERSION: u64 = 1;
+pub const CONSENT_VERSION: u64 = 2;
 /// Most consents the file holds (one per guest; a host holds far fewer guests).
 pub const MAX_CONSENTS: usize = 4096;
-/// Largest file read, in bytes (an entry takes about 90).
+/// Longest identity tag accepted, in bytes.
+pub const MAX_IDENTITY: usize = 64;
+/// Largest file read, in bytes (an entry takes about 140).
 pub const MAX_CONSENT_FILE: u64 = 512 * 1024;
 
 /// One guest's consent.
@@ -32,6 +41,9 @@ pub struct Consent {
     pub vmid: u32,
     /// The guest's Bosun id.
     pub guest_id: String,
+    /// The identity tag the guest carries in its Proxmox config (`tags`): the guest at
+    /// `vmid` is this guest only while its config holds it.
+    pub identity: String,
     /// When it ends, in Unix seconds.
     pub expires_at: u64,
 }
@@ -64,11 +76,12 @@ pub struct ConsentFile {
 }
 
 impl ConsentFile {
-    /// Whether the guest `vmid` consented and its consent lasts past `now` (Unix seconds).
-    pub fn allows(&self, vmid: u32, now: u64) -> bool {
+    /// The consent given for `vmid` that lasts past `now` (Unix seconds), if any; it holds
+    /// only for the guest that carries its [`Consent::identity`] (see [`holds_identity`]).
+    pub fn live_for(&self, vmid: u32, now: u64) -> Option<&Consent> {
         self.consents
             .iter()
-            .any(|c| c.vmid == vmid && c.expires_at > now)
+            .find(|c| c.vmid == vmid && c.expires_at > now)
     }
 
     /// The file's text.
@@ -76,7 +89,14 @@ impl ConsentFile {
         let consents: Vec<Value> = self
             .consents
             .iter()
-            .map(|c| json!({"vmid": c.vmid, "guest_id": c.guest_id, "expires_at": c.expires_at}))
+            .map(|c| {
+                json!({
+                    "vmid": c.vmid,
+                    "guest_id": c.guest_id,
+                    "identity": c.identity,
+                    "expires_at": c.expires_at,
+                })
+            })
             .collect();
         let mut text = json!({"version": CONSENT_VERSION, "consents": consents}).to_string();
         text.push('\n');
@@ -110,6 +130,11 @@ impl ConsentFile {
                 .and_then(Value::as_str)
                 .filter(|g| !g.is_empty() && g.len() <= 64)
                 .ok_or(bad("an entry's guest_id"))?;
+            let identity = entry
+                .get("identity")
+                .and_then(Value::as_str)
+                .filter(|i| is_identity(i))
+                .ok_or(bad("an entry's identity"))?;
             let expires_at = entry
                 .get("expires_at")
                 .and_then(Value::as_u64)
@@ -123,6 +148,7 @@ impl ConsentFile {
             consents.push(Consent {
                 vmid,
                 guest_id: guest_id.to_owned(),
+                identity: identity.to_owned(),
                 expires_at,
             });
         }
@@ -160,6 +186,25 @@ impl ConsentFile {
     }
 }
 
+/// Whether `text` is an identity tag as the agent writes them: `bosun-op-` then letters and
+/// digits, at most [`MAX_IDENTITY`] bytes (a Proxmox tag, which needs no quoting anywhere).
+pub fn is_identity(text: &str) -> bool {
+    text.len() <= MAX_IDENTITY
+        && text
+            .strip_prefix("bosun-op-")
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// Whether the text `pct config VMID` printed holds `identity` among the guest's `tags`
+/// (separated by `;`, `,` or spaces, as Proxmox accepts them). Only the first `tags:` line
+/// at the start of a line counts; the description (`#` lines) never does.
+pub fn holds_identity(pct_config: &str, identity: &str) -> bool {
+    pct_config
+        .lines()
+        .find_map(|line| line.strip_prefix("tags:"))
+        .is_some_and(|tags| tags.split([';', ',', ' ']).any(|t| t.trim() == identity))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +213,7 @@ mod tests {
         Consent {
             vmid,
             guest_id: guest.to_owned(),
+            identity: format!("bosun-op-{guest}{vmid}"),
             expires_at,
         }
     }
@@ -179,10 +225,41 @@ mod tests {
         };
         let back = ConsentFile::parse(file.render().as_bytes()).unwrap();
         assert_eq!(back, file);
-        assert!(back.allows(101, 999));
-        assert!(!back.allows(101, 1000), "the deadline itself is past");
-        assert!(!back.allows(102, 11), "an expired consent allows nothing");
-        assert!(!back.allows(103, 0), "a guest without an entry");
+        assert_eq!(back.live_for(101, 999), Some(&file.consents[0]));
+        assert!(
+            back.live_for(101, 1000).is_none(),
+            "the deadline itself is past"
+        );
+        assert!(
+            back.live_for(102, 11).is_none(),
+            "an expired consent allows nothing"
+        );
+        assert!(back.live_for(103, 0).is_none(), "a guest without an entry");
+    }
+
+    #[test]
+    fn a_consent_holds_only_for_the_guest_whose_tags_carry_its_identity() {
+        let config = "# bosun-op-abc in the description\narch: amd64\ntags: web;bosun-op-abc\n";
+        assert!(holds_identity(config, "bosun-op-abc"));
+        assert!(
+            !holds_identity(config, "bosun-op-ab"),
+            "a prefix is not the tag"
+        );
+        assert!(
+            !holds_identity("# tags: bosun-op-abc\narch: amd64\n", "bosun-op-abc"),
+            "a description line is not the tags"
+        );
+        assert!(!holds_identity("arch: amd64\n", "bosun-op-abc"), "no tags");
+        assert!(is_identity("bosun-op-0f3a"));
+        for bad in [
+            "",
+            "bosun-op-",
+            "op-1",
+            "bosun-op-a;b",
+            &format!("bosun-op-{}", "a".repeat(60)),
+        ] {
+            assert!(!is_identity(bad), "{bad}");
+        }
     }
 
     #[test]
@@ -190,12 +267,15 @@ mod tests {
         for bad in [
             "",
             "[]",
-            r#"{"version":2,"consents":[]}"#,
-            r#"{"version":1}"#,
-            r#"{"version":1,"consents":[{"vmid":99,"guest_id":"a","expires_at":1}]}"#,
-            r#"{"version":1,"consents":[{"vmid":101,"guest_id":"","expires_at":1}]}"#,
-            r#"{"version":1,"consents":[{"vmid":101,"guest_id":"a","expires_at":-1}]}"#,
-            r#"{"version":1,"consents":[{"vmid":101,"guest_id":"a","expires_at":1},{"vmid":101,"guest_id":"b","expires_at":1}]}"#,
+            r#"{"version":1,"consents":[]}"#,
+            r#"{"version":2}"#,
+            r#"{"version":1,"consents":[{"vmid":101,"guest_id":"a","expires_at":1}]}"#,
+            r#"{"version":2,"consents":[{"vmid":101,"guest_id":"a","expires_at":1}]}"#,
+            r#"{"version":2,"consents":[{"vmid":101,"guest_id":"a","identity":"x","expires_at":1}]}"#,
+            r#"{"version":2,"consents":[{"vmid":99,"guest_id":"a","identity":"bosun-op-1","expires_at":1}]}"#,
+            r#"{"version":2,"consents":[{"vmid":101,"guest_id":"","identity":"bosun-op-1","expires_at":1}]}"#,
+            r#"{"version":2,"consents":[{"vmid":101,"guest_id":"a","identity":"bosun-op-1","expires_at":-1}]}"#,
+            r#"{"version":2,"consents":[{"vmid":101,"guest_id":"a","identity":"bosun-op-1","expires_at":1},{"vmid":101,"guest_id":"b","identity":"bosun-op-2","expires_at":1}]}"#,
         ] {
             assert!(ConsentFile::parse(bad.as_bytes()).is_err(), "{bad}");
         }

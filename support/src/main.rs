@@ -3,7 +3,8 @@
 //! `bosun-support --session JOB [--spool FILE] [--consent FILE] [--sudo PATH] [--limit SECS]`
 //! runs the one command in `SSH_ORIGINAL_COMMAND`, or reads commands line by line. Each line is
 //! parsed before any effect; a command that touches a guest runs only while the consent file
-//! holds that guest's live consent (decision 0080); a support command runs through `sudo -n` as
+//! holds that guest's live consent and the guest at its vmid still carries the identity the
+//! consent names (decision 0080); a support command runs through `sudo -n` as
 //! its fixed command line, and every line (run or refused) is appended to the spool the agent
 //! turns into audit rows.
 
@@ -12,8 +13,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bosun_boundexec::{Limits, Streams};
-use bosun_support::consent::{ConsentFile, DEFAULT_CONSENT_FILE};
+use bosun_boundexec::{ExecError, Limits, Ran, Streams};
+use bosun_support::consent::{ConsentFile, DEFAULT_CONSENT_FILE, holds_identity};
 use bosun_support::{Command, MAX_LINE};
 
 const DEFAULT_SPOOL: &str = "/var/lib/bosun-breakglass/commands.jsonl";
@@ -23,6 +24,11 @@ const DEFAULT_SUDO: &str = "/usr/bin/sudo";
 const RUN_LIMITS: Limits = Limits {
     time: Duration::from_secs(120),
     keep: 1024 * 1024,
+};
+/// What reading a guest's configuration to learn who holds its vmid may take.
+const HOLDER_LIMITS: Limits = Limits {
+    time: Duration::from_secs(30),
+    keep: 64 * 1024,
 };
 const HELP: &str = "commands: status | restart agent|helper-socket|update-gate | \
 logs agent|helper-socket|helper|update-gate [--lines N] | guests | guest-config VMID (with the guest's consent) | help | exit";
@@ -152,40 +158,74 @@ impl Shell {
     }
 
     /// Whether guest `vmid` consents now, read afresh for every command (a revoke holds from
-    /// the next command on); the reason to show the operator when it does not.
+    /// the next command on), and whether the guest at `vmid` is still the one that consented
+    /// (its Proxmox config carries the consent's identity tag: a consent left by a destroyed
+    /// guest opens nothing on the next guest given its vmid); the reason to show the operator
+    /// when not.
     fn consented(&self, vmid: u32) -> Result<(), String> {
         let now = unix_now();
-        match ConsentFile::read(std::path::Path::new(&self.consent)) {
-            Ok(file) if file.allows(vmid, now) => Ok(()),
-            Ok(_) => Err(format!(
-                "guest {vmid} has not consented to break-glass commands (its controller grants \
-                 consent, for a bounded time, through POST /v1/break-glass/consent on the \
-                 local API; ask the customer)"
-            )),
-            Err(e) => Err(format!(
+        let file = ConsentFile::read(std::path::Path::new(&self.consent)).map_err(|e| {
+            format!(
                 "guest {vmid}'s consent cannot be checked: {e} ({})",
                 self.consent
-            )),
+            )
+        })?;
+        let no_consent = |why: &str| {
+            format!(
+                "guest {vmid} {why} (its controller grants consent, for a bounded time, through \
+                 POST /v1/break-glass/consent on the local API; ask the customer)"
+            )
+        };
+        let Some(consent) = file.live_for(vmid, now) else {
+            return Err(no_consent("has not consented to break-glass commands"));
+        };
+        let argv = Command::GuestConfig { vmid }.argv().unwrap_or_default();
+        let limits = Limits {
+            time: HOLDER_LIMITS.time.min(self.limits.time),
+            ..HOLDER_LIMITS
+        };
+        let ran = self
+            .sudo(&argv, limits)
+            .map_err(|e| format!("guest {vmid}'s holder cannot be checked: {}", not_run(&e)))?;
+        if ran.timed_out || ran.code() != Some(0) {
+            return Err(format!(
+                "guest {vmid}'s holder cannot be checked: pct config did not succeed"
+            ));
         }
+        if !holds_identity(
+            &String::from_utf8_lossy(&ran.stdout.bytes),
+            &consent.identity,
+        ) {
+            return Err(no_consent(&format!(
+                "is not the guest that consented (guest {} did, and no longer holds vmid {vmid}); \
+                 the guest there now has not consented",
+                consent.guest_id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `argv` through `sudo -n` within `limits`, its output merged.
+    fn sudo(&self, argv: &[String], limits: Limits) -> Result<Ran, ExecError> {
+        let mut sudo = std::process::Command::new(&self.sudo);
+        sudo.arg("-n")
+            .arg("--")
+            .args(argv)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("SYSTEMD_PAGER", "")
+            .env("PAGER", "cat");
+        bosun_boundexec::run(sudo, Streams::Merged, limits)
     }
 
     /// Runs the command's fixed line through `sudo -n` within [`RUN_LIMITS`], then shows what
     /// was kept of its output and what was not.
     fn run(&self, command: &Command) -> u8 {
         let Some(argv) = command.argv() else { return 0 };
-        let mut sudo = std::process::Command::new(&self.sudo);
-        sudo.arg("-n")
-            .arg("--")
-            .args(&argv)
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("SYSTEMD_PAGER", "")
-            .env("PAGER", "cat");
-        let ran = match bosun_boundexec::run(sudo, Streams::Merged, self.limits) {
+        let ran = match self.sudo(&argv, self.limits) {
             Ok(ran) => ran,
             Err(e) => {
-                let cause = std::error::Error::source(&e).map(ToString::to_string);
-                eprintln!("could not run sudo: {e}: {}", cause.unwrap_or_default());
+                eprintln!("{}", not_run(&e));
                 return 1;
             }
         };
@@ -221,6 +261,12 @@ impl Shell {
             eprintln!("warning: could not record this command: {e}");
         }
     }
+}
+
+/// Why sudo could not be run, with its cause.
+fn not_run(e: &ExecError) -> String {
+    let cause = std::error::Error::source(e).map(ToString::to_string);
+    format!("could not run sudo: {e}: {}", cause.unwrap_or_default())
 }
 
 /// The time in Unix seconds (0 before 1970, which no consent outlives).

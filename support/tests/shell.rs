@@ -14,9 +14,16 @@ impl Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
         let sudo = dir.path().join("sudo");
         let calls = dir.path().join("calls");
+        // `pct config VMID` prints the guest's tags as Proxmox would: guest VMID carries
+        // the identity `bosun-op-g<VMID>`, unless a `tags-VMID` file says otherwise.
         std::fs::write(
             &sudo,
-            format!("#!/bin/sh\necho \"$*\" >> '{}'\n", calls.display()),
+            format!(
+                "#!/bin/sh\necho \"$*\" >> '{calls}'\nif [ \"$3 $4\" = '/usr/sbin/pct config' ]; then\n  \
+                 if [ -f '{dir}/tags-'\"$5\" ]; then cat '{dir}/tags-'\"$5\"; else echo \"tags: web;bosun-op-g$5\"; fi\nfi\n",
+                calls = calls.display(),
+                dir = dir.path().display(),
+            ),
         )
         .expect("write sudo");
         std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -237,6 +244,7 @@ fn consent(f: &Fixture, entries: &[(u32, u64)]) -> std::path::PathBuf {
             .map(|(vmid, expires_at)| bosun_support::consent::Consent {
                 vmid: *vmid,
                 guest_id: format!("guest-{vmid}"),
+                identity: format!("bosun-op-g{vmid}"),
                 expires_at: *expires_at,
             })
             .collect(),
@@ -277,8 +285,12 @@ fn a_guest_command_runs_only_with_that_guests_live_consent_and_a_host_command_ne
     assert_eq!(run(&file, "guest-config 102").status.code(), Some(0));
     assert_eq!(
         f.calls(),
-        ["-n -- /usr/sbin/pct list", "-n -- /usr/sbin/pct config 102"],
-        "nothing ran for a guest without live consent"
+        [
+            "-n -- /usr/sbin/pct list",
+            "-n -- /usr/sbin/pct config 102",
+            "-n -- /usr/sbin/pct config 102"
+        ],
+        "nothing ran for a guest without live consent; 102's holder was looked at first"
     );
     let spool = f.spool();
     let lines: Vec<(String, Option<u64>, Option<String>)> = spool
@@ -306,4 +318,57 @@ fn a_guest_command_runs_only_with_that_guests_live_consent_and_a_host_command_ne
     let unsafe_file = run(&file, "guest-config 102");
     assert_eq!(unsafe_file.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unsafe_file.stderr).contains("cannot be checked"));
+}
+
+#[test]
+fn a_consent_left_by_a_guest_that_no_longer_holds_its_vmid_opens_nothing() {
+    let f = Fixture::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let file = consent(&f, &[(101, now + 600)]);
+    let run = |line: &str| {
+        f.shell()
+            .arg("--consent")
+            .arg(&file)
+            .env("SSH_ORIGINAL_COMMAND", line)
+            .output()
+            .expect("run")
+    };
+    assert_eq!(
+        run("guest-config 101").status.code(),
+        Some(0),
+        "its own guest"
+    );
+    // Another guest now holds vmid 101 (its own identity tag), or one without tags.
+    for tags in [
+        "tags: web;bosun-op-other\narch: amd64\n",
+        "arch: amd64\n# bosun-op-g101\n",
+    ] {
+        std::fs::write(f.dir.path().join("tags-101"), tags).expect("write tags");
+        let refused = run("guest-config 101");
+        assert_eq!(refused.status.code(), Some(3), "{tags}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains("is not the guest that consented"), "{said}");
+        assert!(
+            said.contains("guest-101"),
+            "names the guest that consented: {said}"
+        );
+    }
+    assert_eq!(
+        f.calls()
+            .iter()
+            .filter(|c| c.ends_with("config 101"))
+            .count(),
+        4,
+        "each refused command only looked at the holder"
+    );
+    let spool = f.spool();
+    assert_eq!(spool.len(), 3);
+    assert!(
+        spool[1..]
+            .iter()
+            .all(|l| l["refused"] == "no_consent" && l["status"].is_null())
+    );
 }

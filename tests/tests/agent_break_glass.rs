@@ -6,13 +6,16 @@
 //! reaches the helper. What the operator runs through the door, with the real support shell
 //! (`bosun-support`), reaches the hub's audit trail naming the door. A command touching a
 //! guest runs only while that guest's controller consents through the local API
-//! (`a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it`). (Expiry on the clock seam: `agentd/tests/break_glass.rs`.)
+//! (`a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it`), and a consent
+//! dies with its guest: a new guest given the vmid of a decommissioned one has none
+//! (`a_decommissioned_guests_consent_opens_nothing_on_the_next_guest_at_its_vmid`). (Expiry on the clock seam: `agentd/tests/break_glass.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
 
 use std::time::Duration;
 
+use agent_support::consent::{ConsentStack, Controller, consent_stack, support_shell};
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
@@ -34,7 +37,7 @@ async fn alerts(hub: &RealHub, kind: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_it() {
-    let (_sim, hub, files) = enrolled_stack().await;
+    let (sim, hub, files) = enrolled_stack().await;
     let operator = files.trusted_operator();
     let spool = files.dir.path().join("support-commands.jsonl");
     let mut config = std::fs::read_to_string(&files.config_path).unwrap();
@@ -126,7 +129,10 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
     // anything else is refused; both reach the hub's audit trail, naming the door.
     let session = enable.to_string();
     let consent = files.dir.path().join("consent.json");
-    let shell = |asked| support_shell(&files, &session, &spool, &consent, asked);
+    let shell = |asked| {
+        let ran = support_shell(&files, &sim, &session, &spool, &consent, asked);
+        ran.status.code().unwrap()
+    };
     assert_eq!(shell("status"), 0);
     assert_eq!(shell("bash -i"), 2);
     let path = format!("/v1/admin/audit?host={host}&limit=500");
@@ -180,128 +186,16 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
     agent.stop().await;
 }
 
-/// Runs the workspace's `bosun-support` as the door's forced command does: the session the
-/// line names, the agent's consent file, `asked` as the client's command, a stand-in for sudo
-/// that succeeds.
-fn support_shell(
-    files: &AgentFiles,
-    session: &str,
-    spool: &std::path::Path,
-    consent: &std::path::Path,
-    asked: &str,
-) -> i32 {
-    use std::os::unix::fs::PermissionsExt as _;
-    let exe = std::env::current_exe().unwrap();
-    let built = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from target/<profile>/deps")
-        .join("bosun-support");
-    assert!(
-        built.is_file(),
-        "{} is missing: build the workspace's binaries first",
-        built.display()
-    );
-    let sudo = files.dir.path().join("sudo");
-    std::fs::write(&sudo, "#!/bin/sh\nexit 0\n").unwrap();
-    std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::process::Command::new(built)
-        .args(["--session", session, "--spool"])
-        .arg(spool)
-        .arg("--consent")
-        .arg(consent)
-        .arg("--sudo")
-        .arg(&sudo)
-        .env("SSH_ORIGINAL_COMMAND", asked)
-        .output()
-        .unwrap()
-        .status
-        .code()
-        .unwrap()
-}
-
-/// A guest's local API as its controller reaches it: the bootstrap's URL and token.
-struct Controller {
-    url: String,
-    token: String,
-    client: reqwest::Client,
-}
-
-impl Controller {
-    /// Guest `vmid`'s controller, once its bootstrap is pushed and its token is accepted.
-    async fn of(files: &AgentFiles, vmid: u32) -> Controller {
-        let path = files.helper.bootstrap_path(vmid);
-        eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
-            let path = path.clone();
-            async move { path.exists() }
-        })
-        .await;
-        let doc = files.helper.read_bootstrap(vmid);
-        let controller = Controller {
-            url: doc.local_api.url.clone(),
-            token: doc.local_api.token.expose().to_owned(),
-            client: reqwest::Client::builder()
-                .danger_accept_invalid_certs(true)
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
-        };
-        eventually(Duration::from_secs(10), "the token is accepted", || async {
-            controller.call(reqwest::Method::GET, "", None).await.0 == 200
-        })
-        .await;
-        controller
-    }
-
-    /// `method` on `/v1/break-glass/consent` + `query` with `body`.
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        query: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut request = self
-            .client
-            .request(
-                method,
-                format!("{}/v1/break-glass/consent{query}", self.url),
-            )
-            .bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let answer = request.send().await.unwrap();
-        let status = answer.status().as_u16();
-        (status, answer.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn audit(&self) -> Vec<Value> {
-        let page: Value = self
-            .client
-            .get(format!("{}/v1/audit?limit=100", self.url))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        page["entries"].as_array().cloned().unwrap_or_default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it() {
-    let (sim, hub, files) = enrolled_stack().await;
-    let spool = files.dir.path().join("support-commands.jsonl");
-    let consent = files.dir.path().join("consent.json");
-    files.use_local_api(
-        0,
-        &format!(
-            "[backup]\nstorage = \"local\"\n[break_glass]\nspool = {spool:?}\nconsent = {consent:?}\nscan_interval_seconds = 1\n"
-        ),
-    );
-    let agent = InProcessAgent::start(&files.config_path).await;
+    let ConsentStack {
+        sim,
+        hub,
+        files,
+        spool,
+        consent,
+        agent,
+    } = consent_stack().await;
     let host = agent.handles.host_id;
     let (alpha, beta) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     hub.put_desired(
@@ -343,7 +237,10 @@ async fn a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it
     let result = job_result(&hub, host, enable).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");
     let session = enable.to_string();
-    let shell = |asked: String| support_shell(&files, &session, &spool, &consent, &asked);
+    let shell = |asked: String| {
+        let ran = support_shell(&files, &sim, &session, &spool, &consent, &asked);
+        ran.status.code().unwrap()
+    };
     let config_a = format!("guest-config {a}");
     let config_b = format!("guest-config {b}");
     assert_eq!(
@@ -499,6 +396,104 @@ async fn a_guest_command_needs_that_guests_live_consent_and_the_customer_sees_it
                 && e["detail"]["guest_id"] == alpha.to_string().as_str()
                 && e["detail"]["vmid"] == a),
         "{rows:?}"
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommissioned_guests_consent_opens_nothing_on_the_next_guest_at_its_vmid() {
+    let ConsentStack {
+        sim,
+        hub,
+        files,
+        spool,
+        consent,
+        agent,
+    } = consent_stack().await;
+    let host = agent.handles.host_id;
+    let (alpha, gamma) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    hub.put_desired(host, &desired(&sim, &[(alpha, "alpha")], "running"))
+        .await;
+    let status = agent.handles.reconcile.clone();
+    let vmid = running_vmid(&status, alpha).await;
+    let ctl_alpha = Controller::of(&files, vmid).await;
+    let session = uuid::Uuid::new_v4().to_string();
+    let asked = format!("guest-config {vmid}");
+    let shell = || support_shell(&files, &sim, &session, &spool, &consent, &asked);
+
+    // Alpha consents: its command runs.
+    let (code, answer) = ctl_alpha
+        .call(
+            reqwest::Method::POST,
+            "",
+            Some(serde_json::json!({"duration_seconds": 3600})),
+        )
+        .await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(shell().status.code(), Some(0), "alpha consented");
+    let alphas = std::fs::read(&consent).unwrap();
+    assert!(String::from_utf8_lossy(&alphas).contains(&alpha.to_string()));
+
+    // A signed decommission destroys alpha: its consent leaves the file with it.
+    let operator = files.trusted_operator();
+    let args = format!("--kind decommission --host {host} --guest {alpha} --vmid {vmid}");
+    let args: Vec<&str> = args.split(' ').collect();
+    let decommission = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, decommission).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let file = consent.clone();
+    eventually(
+        Duration::from_secs(10),
+        "the decommissioned guest's consent leaves the file",
+        || {
+            let file = file.clone();
+            async move {
+                std::fs::read_to_string(&file).is_ok_and(|t| !t.contains(&alpha.to_string()))
+            }
+        },
+    )
+    .await;
+    assert_eq!(shell().status.code(), Some(3), "no guest, no consent");
+
+    // A new guest is given the same vmid: it has not consented, so nothing runs on it.
+    // (Alpha's bootstrap goes first, so gamma's controller reads gamma's.)
+    std::fs::remove_file(files.helper.bootstrap_path(vmid)).unwrap();
+    hub.put_desired(host, &desired(&sim, &[(gamma, "gamma")], "running"))
+        .await;
+    assert_eq!(
+        running_vmid(&status, gamma).await,
+        vmid,
+        "Proxmox gives the freed vmid to the next guest"
+    );
+    let ctl_gamma = Controller::of(&files, vmid).await;
+    let (_, state) = ctl_gamma.call(reqwest::Method::GET, "", None).await;
+    assert_eq!(state["granted"], false, "{state}");
+    assert_eq!(shell().status.code(), Some(3), "gamma did not consent");
+
+    // Even were alpha's consent still in the file (an agent that died between the destroy and
+    // the rewrite), the shell sees that the guest at the vmid is not alpha and refuses.
+    std::fs::write(&consent, &alphas).unwrap();
+    let refused = shell();
+    assert_eq!(refused.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("is not the guest that consented") && said.contains(&alpha.to_string()),
+        "{said}"
+    );
+    // Gamma's own consent opens it.
+    let (code, answer) = ctl_gamma
+        .call(
+            reqwest::Method::POST,
+            "",
+            Some(serde_json::json!({"duration_seconds": 600})),
+        )
+        .await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(shell().status.code(), Some(0), "gamma consented");
+    let text = std::fs::read_to_string(&consent).unwrap();
+    assert!(
+        text.contains(&gamma.to_string()) && !text.contains(&alpha.to_string()),
+        "{text}"
     );
     agent.stop().await;
 }

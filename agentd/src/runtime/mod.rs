@@ -355,12 +355,7 @@ async fn spawn_all(
             storage: storage_facts.clone(),
             restore_tests,
             controllers: controllers.clone(),
-            consent: crate::trust::break_glass::consent::ConsentBook::open(
-                config.break_glass_consent.clone(),
-                opened.journal.clone(),
-                Arc::clone(&opened.clock),
-            )
-            .await,
+            consent: consent_book(&w, config, opened).await,
         },
     );
     let host_id = host.identity.host_id;
@@ -480,6 +475,28 @@ pub fn local_hostname(config: &AgentConfig) -> String {
 
 /// The PBS verifier (data/verify/): each guest's backup group on each PBS tier, on the cadence
 /// desired state held to the signed plan asks for.
+/// The guests' break-glass consents, read back from their file, dropping each guest's as soon as
+/// it leaves its vmid (decision 0080).
+async fn consent_book(
+    w: &spawn::Wiring<'_>,
+    config: &AgentConfig,
+    opened: &open::Opened,
+) -> crate::trust::break_glass::consent::ConsentBook {
+    // Subscribed first: a guest that leaves its vmid while the file is read back is settled.
+    let guests = opened.journal.guests_changed();
+    let book = crate::trust::break_glass::consent::ConsentBook::open(
+        config.break_glass_consent.clone(),
+        opened.journal.clone(),
+        Arc::clone(&opened.clock),
+    )
+    .await;
+    w.tasks.spawn(
+        "consent",
+        book.clone().follow_guests(guests, w.cancel.clone()),
+    );
+    book
+}
+
 fn spawn_verifier(
     w: &spawn::Wiring<'_>,
     sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,

@@ -3,6 +3,7 @@
 //! real binary.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod consent;
 pub mod crash;
 #[path = "../../../agentd/tests/localapi_support/fake_helper.rs"]
 pub mod fake_helper;

@@ -2,19 +2,19 @@
 //! a scratch vmid recorded, the restore, the isolation (every link down, no mount point),
 //! the start, the stay-up watch and the guest's own check of its data.
 
-use bosun_errchain::error_chain;
-use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
-use bosun_pve::{
-    ConfigUpdate, CtOptions, GuestStatus, Op, Pve, RestoreRequest, Vmid, net_without_hwaddr,
-};
+use bosun_pve::{ConfigUpdate, CtOptions, Op, Pve, RestoreRequest, Vmid};
 use serde_json::json;
 
 use super::{RestoreTester, check};
 use crate::data::recovery::identity::{IdentityPlan, Scenario, identity_for};
 use crate::data::recovery::source::BackupSource;
-use crate::guests::reconcile::compensate::op_tag;
 use crate::ops::operation::StepName;
+use crate::ops::operation::scratch::{links_down, restore, scratch_vmid, stay_up};
 use crate::ops::operation::{OpJournal, StepError};
+
+/// How many vmids `next_id` may offer before the test gives up: one an older operation's
+/// record holds is passed over.
+const VMID_TRIES: u32 = 5;
 
 impl<P: Pve + 'static> RestoreTester<P> {
     /// The test's steps; `scratch` is set once a scratch guest may exist.
@@ -31,7 +31,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
         )
         .await?;
         let identity = identity_for(Scenario::RestoreTest);
-        let vmid = self.scratch_vmid(op).await?;
+        let vmid = scratch_vmid(&*self.pve, &self.journal, op, VMID_TRIES).await?;
         *scratch = Some(vmid);
         self.restore(op, source, vmid, &identity).await?;
         self.isolate(op, vmid, &identity).await?;
@@ -43,7 +43,14 @@ impl<P: Pve + 'static> RestoreTester<P> {
             self.pve.start_ct(vmid),
         )
         .await?;
-        self.stay_up(op, vmid).await?;
+        let watch = (self.config.stay_up, self.config.poll);
+        stay_up(&*self.pve, op, vmid, watch, |ran| {
+            format!(
+                "the restored guest stopped {} s after its start",
+                ran.as_secs()
+            )
+        })
+        .await?;
         op.local(
             StepName::StayedUp,
             json!({ "vmid": vmid.get(), "seconds": self.config.stay_up.as_secs() }),
@@ -52,37 +59,6 @@ impl<P: Pve + 'static> RestoreTester<P> {
         .await?;
         // Links still down: the guest checks its own data.
         check::run(op, self.helper.as_ref(), vmid, self.config.check_timeout).await
-    }
-
-    /// `next_id`, then the scratch guest's vmid recorded as this test's; an id an older
-    /// operation's record holds is passed over (five tries).
-    async fn scratch_vmid(&self, op: &OpJournal) -> Result<Vmid, StepError> {
-        let pve = &*self.pve;
-        let mut floor = 0;
-        for _ in 0..5 {
-            let offered = op.call(StepName::NextId, json!({}), pve.next_id()).await?;
-            let candidate = offered.get().max(floor);
-            let candidate =
-                Vmid::new(candidate).map_err(|e| other(op, "next_id", e.to_string()))?;
-            match self
-                .journal
-                .record_scratch(op.op_id(), candidate.get())
-                .await
-            {
-                Ok(()) => return Ok(candidate),
-                Err(crate::ops::journal::JournalError::VmidAlreadyRecorded { .. }) => {
-                    floor = candidate.get().saturating_add(1);
-                }
-                Err(source) => {
-                    return Err(StepError::Journal {
-                        op_id: op.op_id(),
-                        step: "record_scratch".into(),
-                        source,
-                    });
-                }
-            }
-        }
-        Err(other(op, "next_id", "no free vmid".into()))
     }
 
     /// `restore`: the archive onto the scratch vmid. An archive of a retired key is read
@@ -94,22 +70,11 @@ impl<P: Pve + 'static> RestoreTester<P> {
         vmid: Vmid,
         identity: &IdentityPlan,
     ) -> Result<(), StepError> {
-        let pve = &*self.pve;
         let mut request =
             RestoreRequest::new(vmid, source.restore_volume(), self.config.storage.clone());
         request.unique = identity.fresh_mac;
-        request.options.tags = vec![op_tag(op)];
-        request.options.hostname = Some(format!("{SCRATCH_HOSTNAME_PREFIX}{vmid}"));
-        request.options.onboot = Some(identity.onboot);
-        op.task(
-            pve,
-            Op::RestoreCt,
-            StepName::Restore,
-            json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.config.storage.as_str(), "scratch": true }),
-            pve.restore_ct(&request),
-        )
-        .await?;
-        Ok(())
+        let archive = source.archive.to_string();
+        restore(&*self.pve, op, request, identity.onboot, &archive).await
     }
 
     /// `read_config`, then `isolate` before the first start: every link down, no mount point.
@@ -127,21 +92,15 @@ impl<P: Pve + 'static> RestoreTester<P> {
                 pve.ct_config(vmid),
             )
             .await?;
-        let mut update = ConfigUpdate::default();
-        let mut set = CtOptions::default();
-        for (key, value) in &config.values {
-            if let Some(index) = key.strip_prefix("net").and_then(|i| i.parse::<u8>().ok())
-                && let Some(value) = value.as_str()
-            {
-                let mut net = net_without_hwaddr(value).map_err(|r| other(op, "isolate", r))?;
-                net.link_down = Some(true);
-                set.net.insert(index, net);
-            }
+        let mut update = ConfigUpdate {
+            set: links_down(op, &config)?,
+            ..ConfigUpdate::default()
+        };
+        for key in config.values.keys() {
             if key.starts_with("mp") && key[2..].parse::<u8>().is_ok() && !identity.mounts {
                 update.delete.push(key.clone());
             }
         }
-        update.set = set;
         if update.set != CtOptions::default() || !update.delete.is_empty() {
             op.call(
                 StepName::Isolate,
@@ -151,40 +110,5 @@ impl<P: Pve + 'static> RestoreTester<P> {
             .await?;
         }
         Ok(())
-    }
-
-    /// The scratch guest must stay running for the configured time.
-    async fn stay_up(&self, op: &OpJournal, vmid: Vmid) -> Result<(), StepError> {
-        let deadline = tokio::time::Instant::now() + self.config.stay_up;
-        loop {
-            let status = self
-                .pve
-                .ct_status(vmid)
-                .await
-                .map_err(|e| other(op, "stay_up", error_chain(&e)))?;
-            if status.status != GuestStatus::Running {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                return Err(other(
-                    op,
-                    "stay_up",
-                    format!(
-                        "the restored guest stopped {} s after its start",
-                        self.config.stay_up.saturating_sub(left).as_secs()
-                    ),
-                ));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(());
-            }
-            tokio::time::sleep(self.config.poll.min(self.config.stay_up)).await;
-        }
-    }
-}
-
-fn other(op: &OpJournal, step: &str, reason: String) -> StepError {
-    StepError::Other {
-        op_id: op.op_id(),
-        step: step.to_owned(),
-        reason,
     }
 }

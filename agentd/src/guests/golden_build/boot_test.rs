@@ -12,16 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
-use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
-use bosun_pve::{
-    ConfigUpdate, CtOptions, GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId,
-    net_without_hwaddr,
-};
+use bosun_pve::{ConfigUpdate, CtOptions, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use serde_json::json;
 
-use crate::guests::reconcile::compensate::{compensate_with_retries, op_tag};
+use crate::guests::reconcile::compensate::compensate_with_retries;
 use crate::guests::reconcile::replay::wait_unlocked;
 use crate::ops::journal::{GoldenBuild, JournalHandle, NewOperation, OpStatus};
+use crate::ops::operation::scratch::{links_down, other, restore, scratch_vmid, stay_up};
 use crate::ops::operation::{OpJournal, OpKind, StepError, StepName};
 
 /// Tries at a vmid no older operation's record holds.
@@ -174,23 +171,13 @@ impl<P: Pve + Send + Sync + 'static> BootTester<P> {
         scratch: &mut Option<Vmid>,
     ) -> Result<(), StepError> {
         let pve = &*self.pve;
-        let vmid = self.scratch_vmid(op).await?;
+        let vmid = scratch_vmid(pve, &self.journal, op, VMID_TRIES).await?;
         *scratch = Some(vmid);
         let archive = VolumeId::new(build.volid.clone())
             .map_err(|e| other(op, "restore", format!("golden volid: {e}")))?;
-        let mut request = RestoreRequest::new(vmid, archive, self.storage.clone());
-        request.options.tags = vec![op_tag(op)];
-        request.options.hostname = Some(format!("{SCRATCH_HOSTNAME_PREFIX}{vmid}"));
-        request.options.onboot = Some(false);
-        op.task(
-            pve,
-            Op::RestoreCt,
-            StepName::Restore,
-            json!({ "vmid": vmid.get(), "archive": build.volid, "storage": self.storage.as_str(), "scratch": true }),
-            pve.restore_ct(&request),
-        )
-        .await?;
-        self.links_down(op, vmid).await?;
+        let request = RestoreRequest::new(vmid, archive, self.storage.clone());
+        restore(pve, op, request, false, &build.volid).await?;
+        self.isolate(op, vmid).await?;
         op.task(
             pve,
             Op::StartCt,
@@ -199,24 +186,10 @@ impl<P: Pve + Send + Sync + 'static> BootTester<P> {
             pve.start_ct(vmid),
         )
         .await?;
-        let deadline = tokio::time::Instant::now() + self.stay_up;
-        loop {
-            let status = pve
-                .ct_status(vmid)
-                .await
-                .map_err(|e| other(op, "stay_up", error_chain(&e)))?;
-            if status.status != GuestStatus::Running {
-                return Err(other(
-                    op,
-                    "stay_up",
-                    "the golden base stopped after its start".into(),
-                ));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(self.poll.min(self.stay_up)).await;
-        }
+        stay_up(pve, op, vmid, (self.stay_up, self.poll), |_| {
+            "the golden base stopped after its start".into()
+        })
+        .await?;
         op.local(
             StepName::StayedUp,
             json!({ "vmid": vmid.get(), "seconds": self.stay_up.as_secs() }),
@@ -225,38 +198,8 @@ impl<P: Pve + Send + Sync + 'static> BootTester<P> {
         .await
     }
 
-    /// `next_id`, then the vmid recorded scratch for this operation before Proxmox is asked.
-    async fn scratch_vmid(&self, op: &OpJournal) -> Result<Vmid, StepError> {
-        let mut floor = 0;
-        for _ in 0..VMID_TRIES {
-            let offered = op
-                .call(StepName::NextId, json!({}), self.pve.next_id())
-                .await?;
-            let candidate = Vmid::new(offered.get().max(floor))
-                .map_err(|e| other(op, "next_id", e.to_string()))?;
-            match self
-                .journal
-                .record_scratch(op.op_id(), candidate.get())
-                .await
-            {
-                Ok(()) => return Ok(candidate),
-                Err(crate::ops::journal::JournalError::VmidAlreadyRecorded { .. }) => {
-                    floor = candidate.get().saturating_add(1);
-                }
-                Err(source) => {
-                    return Err(StepError::Journal {
-                        op_id: op.op_id(),
-                        step: "record_scratch".into(),
-                        source,
-                    });
-                }
-            }
-        }
-        Err(other(op, "next_id", "no free vmid".into()))
-    }
-
     /// Every network link of the restored base down before its first start.
-    async fn links_down(&self, op: &OpJournal, vmid: Vmid) -> Result<(), StepError> {
+    async fn isolate(&self, op: &OpJournal, vmid: Vmid) -> Result<(), StepError> {
         let pve = &*self.pve;
         let config = op
             .call(
@@ -265,16 +208,7 @@ impl<P: Pve + Send + Sync + 'static> BootTester<P> {
                 pve.ct_config(vmid),
             )
             .await?;
-        let mut set = CtOptions::default();
-        for (key, value) in &config.values {
-            if let Some(index) = key.strip_prefix("net").and_then(|i| i.parse::<u8>().ok())
-                && let Some(value) = value.as_str()
-            {
-                let mut net = net_without_hwaddr(value).map_err(|r| other(op, "isolate", r))?;
-                net.link_down = Some(true);
-                set.net.insert(index, net);
-            }
-        }
+        let set = links_down(op, &config)?;
         if set == CtOptions::default() {
             return Ok(());
         }
@@ -289,13 +223,5 @@ impl<P: Pve + Send + Sync + 'static> BootTester<P> {
         )
         .await?;
         Ok(())
-    }
-}
-
-fn other(op: &OpJournal, step: &str, reason: String) -> StepError {
-    StepError::Other {
-        op_id: op.op_id(),
-        step: step.to_owned(),
-        reason,
     }
 }

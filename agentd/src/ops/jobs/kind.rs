@@ -69,9 +69,9 @@ pub(crate) enum Door {
 pub(crate) enum Runs {
     /// On one guest, in its queue slot ([`super::guest_run`]).
     Guest(GuestAction),
-    /// A storage detach ([`super::detach_run`]).
+    /// A storage detach ([`super::detach`]).
     StorageDetach,
-    /// A storage wipe (`super::wipe_run`).
+    /// A storage wipe ([`super::wipe`]).
     StorageWipe,
     /// A controller rollout ([`super::controller_run`]).
     ControllerUpdate,

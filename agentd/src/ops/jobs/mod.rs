@@ -20,9 +20,10 @@
 //!   (`detach_refusal`, `update_error`) are leaves it holds.
 //! - `guest_run` and `execute`: `restore-now`, `decommission`, `force-backup` on one guest
 //!   (`guest_accepted`: what such a job asks).
-//! - [`detach`] and `detach_run`: the `storage-detach` job: its refusal rules and its steps.
-//! - [`wipe`] and `wipe_run`: the `storage-wipe` job: the archives the journal recorded on a
+//! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
+//! - [`wipe`]: the `storage-wipe` job: the archives the journal recorded on a
 //!   target's storage deleted, by the detach's target rules.
+//! - `storage_run`: the one family both storage jobs run as, over the storage they resolve to.
 //! - [`restore_now`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
 //! - `controller_run`: the `controller-update` job, a rollout ([`crate::guests::controller::rollout`]).
@@ -48,7 +49,6 @@ mod controller_run;
 mod decommission;
 pub mod detach;
 mod detach_refusal;
-mod detach_run;
 mod dispatch;
 pub mod error;
 mod execute;
@@ -59,7 +59,7 @@ mod kind;
 pub mod restore_now;
 mod retry;
 pub mod runner;
+mod storage_run;
 mod update_error;
 pub mod update_run;
 pub mod wipe;
-mod wipe_run;

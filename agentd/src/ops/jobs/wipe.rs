@@ -24,12 +24,11 @@
 use std::collections::BTreeSet;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::StorageType;
 use bosun_pve::{ContentFilter, ContentType, Op, Pve, StorageId, Upid, VolumeId};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable};
-use super::detach::{DetachTarget, ask_gate};
+use super::detach::{DetachAccepted, DetachTarget, ask_gate};
 use super::detach_refusal::DetachRefusal;
 use super::error::JobError;
 use crate::data::storage::naming::kind_name;
@@ -43,16 +42,12 @@ pub const MAX_ARCHIVES: u32 = 4096;
 /// What a wipe job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(super) struct WipeAccepted {
-    pub(super) job_id: String,
-    pub(super) durable_id: String,
-    pub(super) kind: StorageType,
-    pub(super) storage: String,
-    pub(super) params: Map<String, Value>,
+    /// The storage, as a detach's `accepted` step holds it (its fields stand beside
+    /// `archives` in the step's JSON).
+    #[serde(flatten)]
+    pub(super) storage: DetachAccepted,
     /// The archives the journal recorded on the storage when the job was accepted.
     pub(super) archives: Vec<RecordedArchive>,
-    pub(super) signer: String,
-    pub(super) principals: String,
-    pub(super) expires_at: Option<jiff::Timestamp>,
 }
 
 /// The archives the journal recorded backups writing to the target's storage: only volume

@@ -11,7 +11,7 @@ use super::error::JournalError;
 use super::handle::{JournalHandle, journal_calls};
 use super::records::{OpId, StepState};
 use super::store::Store;
-use super::store::{from_ms, query_err, to_ms};
+use super::store::{from_ms, query_err, to_ms, tuple_rows};
 
 /// Where a guest's controller stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -340,22 +340,7 @@ impl Store {
             .conn
             .prepare(&format!("SELECT {COLUMNS} ORDER BY guest_id"))
             .map_err(query_err(WHAT))?;
-        let rows = stmt
-            .query_map([], |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                    row.get(7)?,
-                ))
-            })
-            .map_err(query_err(WHAT))?
-            .collect::<Result<Vec<Row>, _>>()
-            .map_err(query_err(WHAT))?;
+        let rows: Vec<Row> = tuple_rows(&mut stmt, [], WHAT)?;
         rows.into_iter().map(record).collect()
     }
 

@@ -548,26 +548,16 @@ impl Store {
 }
 
 journal_calls! {
-    /// See [`Store::record_created`].
-    fn record_created(op_id: OpId, vmid: u32, guest_id: Option<String>) -> ()
-        = |s| s.record_created(op_id, vmid, guest_id.as_deref());
     /// See [`Store::record_scratch`].
     fn record_scratch(op_id: OpId, vmid: u32) -> () = |s| s.record_scratch(op_id, vmid);
-    /// See [`Store::record_recovered`].
-    fn record_recovered(op_id: OpId, guest_id: String, lost_vmid: u32, vmid: u32) -> ()
-        = |s| s.record_recovered(op_id, &guest_id, lost_vmid, vmid);
     /// See [`Store::mark_scratch`].
     fn mark_scratch(op_id: OpId, vmid: u32) -> () = |s| s.mark_scratch(op_id, vmid);
     /// See [`Store::provenance`].
     fn provenance(vmid: u32) -> Option<GuestProvenance> = |s| s.provenance(vmid);
     /// See [`Store::all_provenance`].
     fn all_provenance() -> Vec<GuestProvenance> = |s| s.all_provenance();
-    /// See [`Store::retire_guest`].
-    fn retire_guest(op_id: OpId, vmid: u32) -> bool = |s| s.retire_guest(op_id, vmid);
     /// See [`Store::tombstones`].
     fn tombstones() -> Vec<Tombstone> = |s| s.tombstones();
-    /// See [`Store::forget_guest`].
-    fn forget_guest(op_id: OpId, vmid: u32) -> bool = |s| s.forget_guest(op_id, vmid);
     /// See [`Store::store_token_hash`].
     fn store_token_hash(guest_id: String, vmid: u32, hash: TokenHash) -> ()
         = |s| s.store_token_hash(&guest_id, vmid, &hash);

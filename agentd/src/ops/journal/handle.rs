@@ -31,6 +31,8 @@ pub struct JournalHandle {
     tx: mpsc::Sender<Command>,
     /// Counts backup outcomes recorded through this handle (and its clones).
     pub(super) backups: Arc<watch::Sender<u64>>,
+    /// Counts changes to which guest holds which vmid made through this handle (and its clones).
+    pub(super) guests: Arc<watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -78,6 +80,7 @@ impl JournalHandle {
         Ok(Self {
             tx,
             backups: Arc::new(watch::Sender::new(0)),
+            guests: Arc::new(watch::Sender::new(0)),
         })
     }
 

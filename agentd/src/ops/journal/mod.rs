@@ -62,6 +62,7 @@ mod golden;
 mod golden_archives;
 mod golden_builds;
 pub mod guest_audit;
+mod guest_changes;
 mod guest_failures;
 mod guests;
 mod jobs;

@@ -11,7 +11,7 @@ use super::handle::{JournalHandle, journal_calls};
 use super::operations::{finish_in, require_running};
 use super::records::{OpId, OpStatus};
 use super::store::Store;
-use super::store::{from_ms, parse_op_id, query_err, to_ms};
+use super::store::{from_ms, parse_op_id, query_err, to_ms, tuple_rows};
 
 /// Results kept per (guest, storage).
 pub const KEEP_PER_TIER: u32 = 16;
@@ -172,23 +172,7 @@ impl Store {
             i64,
             Option<i64>,
         );
-        let rows = stmt
-            .query_map([], |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                    row.get(7)?,
-                    row.get(8)?,
-                ))
-            })
-            .map_err(query_err(WHAT))?
-            .collect::<Result<Vec<Row>, _>>()
-            .map_err(query_err(WHAT))?;
+        let rows: Vec<Row> = tuple_rows(&mut stmt, [], WHAT)?;
         rows.into_iter()
             .map(
                 |(

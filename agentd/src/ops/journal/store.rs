@@ -91,6 +91,22 @@ pub(super) fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> 
     move |source| JournalError::Query { operation, source }
 }
 
+/// Every row `stmt` gives for `params`, each read as the tuple `T` of its columns in order;
+/// a failure is `what`'s.
+pub(super) fn tuple_rows<T>(
+    stmt: &mut rusqlite::Statement<'_>,
+    params: impl rusqlite::Params,
+    what: &'static str,
+) -> Result<Vec<T>, JournalError>
+where
+    T: for<'r> TryFrom<&'r rusqlite::Row<'r>, Error = rusqlite::Error>,
+{
+    stmt.query_map(params, |row| T::try_from(row))
+        .map_err(query_err(what))?
+        .collect::<Result<Vec<T>, _>>()
+        .map_err(query_err(what))
+}
+
 impl Store {
     /// Opens (creating if needed) the journal at `path`: WAL, `synchronous=FULL`,
     /// foreign keys on, schema migrated.

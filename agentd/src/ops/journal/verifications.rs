@@ -10,7 +10,7 @@ use rusqlite::params;
 use super::error::JournalError;
 use super::handle::{JournalHandle, journal_calls};
 use super::store::Store;
-use super::store::{from_ms, opt_from_ms, query_err, to_ms};
+use super::store::{from_ms, opt_from_ms, query_err, to_ms, tuple_rows};
 
 const TABLE: &str = "verifications";
 
@@ -118,23 +118,7 @@ impl Store {
             Option<i64>,
             i64,
         );
-        let rows = stmt
-            .query_map([], |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                    row.get(7)?,
-                    row.get(8)?,
-                ))
-            })
-            .map_err(query_err(WHAT))?
-            .collect::<Result<Vec<Row>, _>>()
-            .map_err(query_err(WHAT))?;
+        let rows: Vec<Row> = tuple_rows(&mut stmt, [], WHAT)?;
         rows.into_iter()
             .map(
                 |(guest_id, tier, outcome, duration, detail, finished, ok, failed, first)| {

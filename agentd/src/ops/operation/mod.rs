@@ -16,6 +16,7 @@
 
 pub mod look;
 pub mod replay;
+pub mod scratch;
 pub mod step;
 pub mod steps;
 

@@ -12,8 +12,12 @@
 //!
 //! Who may consent for whom: the caller's guest and vmid come from its token alone (the local
 //! API's `Caller`); the hub has no route to consent, and no job or desired state carries one.
-//! At start the file is read back and every entry whose guest no longer holds its vmid in the
-//! agent's records, or whose deadline passed, is dropped.
+//! A consent is the guest's, not its vmid's: each entry names the guest's id and the identity
+//! tag the agent wrote into its Proxmox config, and the shell honours it only while the guest at
+//! the vmid carries that tag. The book drops every entry whose guest no longer holds its vmid in
+//! the agent's records (decommissioned, forgotten, or the vmid given to another guest) or whose
+//! deadline passed: at start, and whenever the journal's guests change
+//! ([`ConsentBook::follow_guests`]).
 
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
@@ -25,7 +29,8 @@ use bosun_errchain::error_chain;
 use bosun_support::consent::{Consent, ConsentFile, ConsentFileError};
 use jiff::Timestamp;
 use serde_json::json;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::ops::journal::{AuditEvent, JournalError, JournalHandle};
@@ -56,6 +61,23 @@ pub enum ConsentError {
     /// The change could not be audited (a grant is undone; a revoke stands).
     #[error("auditing a break-glass consent")]
     Audit(#[source] JournalError),
+    /// The agent's record of who holds the vmid could not be read (nothing granted).
+    #[error("reading who holds vmid {vmid}")]
+    Holder {
+        /// The guest's vmid.
+        vmid: u32,
+        /// Cause.
+        #[source]
+        source: JournalError,
+    },
+    /// The agent's records do not say the caller's guest holds its vmid (nothing granted).
+    #[error("guest {guest_id} does not hold vmid {vmid} in the agent's records")]
+    NotHolder {
+        /// The caller's guest.
+        guest_id: String,
+        /// The caller's vmid.
+        vmid: u32,
+    },
 }
 
 /// Keeps the guests' consents and the file the support shell reads. Cloning shares it.
@@ -82,7 +104,7 @@ pub struct LiveConsent {
 
 impl ConsentBook {
     /// Reads back the consents of `path` that still hold (their guest holds its vmid in the
-    /// journal, their deadline is ahead) and writes the file again with only those. An
+    /// journal under the same identity, their deadline is ahead) and writes the file again with only those. An
     /// unreadable file holds no consent; a file that cannot be written is logged (every grant
     /// then fails until it can be), and the agent runs on.
     pub async fn open(path: PathBuf, journal: JournalHandle, clock: SharedClock) -> Self {
@@ -97,16 +119,7 @@ impl ConsentBook {
             ConsentFile::default()
         });
         let now = unix_seconds(clock.now());
-        let mut kept = Vec::with_capacity(file.consents.len());
-        for consent in file.consents.drain(..) {
-            // A record that cannot be read keeps no consent.
-            let holder = journal.provenance(consent.vmid).await.ok().flatten();
-            let holds = holder.is_some_and(|p| p.guest_id() == Some(consent.guest_id.as_str()));
-            if holds && consent.expires_at > now {
-                kept.push(consent);
-            }
-        }
-        file.consents = kept;
+        file.consents = still_held(&journal, std::mem::take(&mut file.consents), now).await;
         if let Err(e) = write_file(&path, &file).await {
             tracing::error!(error = %error_chain(&e), "the break-glass consent file cannot be written; no guest can consent until it can");
         }
@@ -145,6 +158,16 @@ impl ConsentBook {
         duration: Duration,
         reason: Option<String>,
     ) -> Result<LiveConsent, ConsentError> {
+        let identity = match self.inner.journal.provenance(vmid).await {
+            Ok(Some(p)) if p.guest_id() == Some(guest_id) => p.identity().to_owned(),
+            Ok(_) => {
+                return Err(ConsentError::NotHolder {
+                    guest_id: guest_id.to_owned(),
+                    vmid,
+                });
+            }
+            Err(source) => return Err(ConsentError::Holder { vmid, source }),
+        };
         let mut file = self.inner.file.lock().await;
         let now = self.inner.clock.now();
         let expires_at = unix_seconds(now).saturating_add(duration.as_secs());
@@ -156,6 +179,7 @@ impl ConsentBook {
         let consent = Consent {
             vmid,
             guest_id: guest_id.to_owned(),
+            identity,
             expires_at,
         };
         file.consents.push(consent.clone());
@@ -209,6 +233,66 @@ impl ConsentBook {
         tracing::warn!(guest_id, vmid, was_live, "break-glass consent revoked");
         Ok(was_live)
     }
+}
+
+impl ConsentBook {
+    /// Drops every consent whose guest no longer holds its vmid in the journal (or holds it
+    /// under another identity) or whose deadline passed; the file is written again when one
+    /// goes. Gives how many went.
+    pub async fn settle(&self) -> Result<usize, ConsentError> {
+        let mut file = self.inner.file.lock().await;
+        let now = unix_seconds(self.inner.clock.now());
+        let kept = still_held(&self.inner.journal, file.consents.clone(), now).await;
+        let gone = file.consents.len() - kept.len();
+        if gone == 0 {
+            return Ok(0);
+        }
+        let before = std::mem::replace(&mut file.consents, kept);
+        if let Err(e) = write_file(&self.inner.path, &file).await {
+            file.consents = before;
+            return Err(e);
+        }
+        for consent in before.iter().filter(|c| !file.consents.contains(c)) {
+            tracing::warn!(
+                guest_id = consent.guest_id,
+                vmid = consent.vmid,
+                "break-glass consent dropped: its guest no longer holds the vmid, or it ended"
+            );
+        }
+        Ok(gone)
+    }
+
+    /// Settles the book ([`ConsentBook::settle`]) each time `guests` says the journal's guests
+    /// changed (a decommission retired one, a guest was created or recovered at a vmid), until
+    /// `cancel`. A file that cannot be written is tried again at the next change, and the shell
+    /// refuses a consent whose guest no longer carries its identity meanwhile.
+    pub async fn follow_guests(self, mut guests: watch::Receiver<u64>, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = guests.changed() => if changed.is_err() { return },
+            }
+            if let Err(e) = self.settle().await {
+                tracing::error!(error = %error_chain(&e), "could not drop the consents of guests that left their vmid");
+            }
+        }
+    }
+}
+
+/// The consents among `consents` whose guest holds its vmid in the journal under the same
+/// identity, and whose deadline is after `now`. A record that cannot be read keeps no consent.
+async fn still_held(journal: &JournalHandle, consents: Vec<Consent>, now: u64) -> Vec<Consent> {
+    let mut kept = Vec::with_capacity(consents.len());
+    for consent in consents {
+        let holder = journal.provenance(consent.vmid).await.ok().flatten();
+        let holds = holder.is_some_and(|p| {
+            p.guest_id() == Some(consent.guest_id.as_str()) && p.identity() == consent.identity
+        });
+        if holds && consent.expires_at > now {
+            kept.push(consent);
+        }
+    }
+    kept
 }
 
 fn live(consent: &Consent) -> LiveConsent {
