@@ -463,7 +463,7 @@ pub async fn golden_check(
         .await
         .unwrap();
     h.journal
-        .mark_golden_verified(endpoint.golden_volid.clone(), serde_json::json!({}))
+        .mark_golden_verified(endpoint.golden_volid.clone(), 1_000, serde_json::json!({}))
         .await
         .unwrap();
     Arc::new(bosun_agentd::guests::reconcile::golden::GoldenCheck::new(

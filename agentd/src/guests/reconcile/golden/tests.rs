@@ -74,7 +74,7 @@ pub(super) async fn journal(dir: &tempfile::TempDir) -> JournalHandle {
         .await
         .unwrap();
     assert!(
-        j.mark_golden_verified(GOLDEN.into(), serde_json::json!({}))
+        j.mark_golden_verified(GOLDEN.into(), 1_000, serde_json::json!({}))
             .await
             .unwrap()
     );
@@ -225,7 +225,7 @@ async fn a_build_is_journaled_with_the_helpers_hash_and_then_passes_the_check() 
     assert!(matches!(err, GoldenRefusal::Unverified { .. }), "{err}");
     assert_eq!(err.reason(), "unverified");
     assert!(
-        j.mark_golden_verified(GOLDEN.into(), serde_json::json!({"boot": "ok"}))
+        j.mark_golden_verified(GOLDEN.into(), 1_000, serde_json::json!({"boot": "ok"}))
             .await
             .unwrap()
     );
