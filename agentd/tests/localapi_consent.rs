@@ -105,7 +105,8 @@ async fn a_guest_grants_and_revokes_consent_for_itself_alone_within_the_bound() 
     assert_eq!(state["granted"], true);
     let expires: jiff::Timestamp = state["expires_at"].as_str().unwrap().parse().unwrap();
     let expires = u64::try_from(expires.as_second()).unwrap();
-    assert!((before + 600..=now_s() + 600).contains(&expires), "{state}");
+    // Whole seconds, rounded up: at least the 600 s asked for.
+    assert!((before + 600..=now_s() + 601).contains(&expires), "{state}");
     let file = consent_file(&h);
     assert_eq!(file.consents.len(), 1, "{file:?}");
     assert_eq!(file.consents[0].vmid, mine.vmid);
@@ -165,6 +166,39 @@ async fn a_consent_ends_at_its_deadline() {
     assert!(
         consent_file(&h).live_for(vmid, now_s()).is_none(),
         "the support shell reads it as ended by its own clock"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_the_file_did_not_take_is_not_written_later_by_another_guests_grant() {
+    let h = harness().await;
+    let (mine, theirs) = (h.guest(0).clone(), h.guest(1).clone());
+    let path = h.dir.path().join("consent.json");
+    // Nothing can be renamed over the file's path (a directory stands there): the grant fails.
+    let _ = std::fs::remove_file(&path);
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("keep"), b"x").unwrap();
+    let (status, answer) = h.post(0, CONSENT, json!({"duration_seconds": 600})).await;
+    assert_eq!(status, 503, "{answer}");
+    let (_, state) = h.get(0, CONSENT).await;
+    assert_eq!(state["granted"], false, "{state}");
+    std::fs::remove_dir_all(&path).unwrap();
+
+    // The other guest's grant writes the file: the failed grant is not in it, nor audited.
+    let (status, answer) = h.post(1, CONSENT, json!({"duration_seconds": 600})).await;
+    assert_eq!(status, 200, "{answer}");
+    let file = consent_file(&h);
+    assert!(file.live_for(theirs.vmid, now_s()).is_some());
+    assert!(file.live_for(mine.vmid, now_s()).is_none(), "{file:?}");
+    let (_, page) = h.get(0, "/v1/audit").await;
+    assert!(
+        page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["event"] != "break_glass.consent_granted"),
+        "{page}"
     );
     h.shutdown().await;
 }

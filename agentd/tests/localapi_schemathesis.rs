@@ -14,13 +14,17 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use bosun_tests::schemathesis::{self, Fuzz};
-use localapi_support::{Harness, daily_policy};
+use localapi_support::{Harness, daily_policy, record_own_guest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_api_accepts_what_its_document_accepts() {
     let program = schemathesis::executable(&std::env::current_exe().unwrap())
         .unwrap_or_else(|e| panic!("{e}"));
     let harness = Harness::start().await;
+    // A consent is bound to the guest the journal records at its vmid: the guest is the
+    // agent's own, as every guest with a token is.
+    let guest = harness.guest(0).clone();
+    record_own_guest(&harness.journal, &guest.guest_id, guest.vmid).await;
     // `GET /v1/backup/due` answers 200 only under a policy.
     harness.policy.send_replace(Some(daily_policy("daily", 15)));
     let document = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/localapi.openapi.json");

@@ -35,8 +35,8 @@ pub struct ConsentOutcome {
 /// Runs the support shell as the door's forced command with `asked`; gives its exit status and
 /// what it said.
 async fn shell(
-    (bins, out): (&Path, &Path),
-    agent: &AgentFiles,
+    bins: &Path,
+    (agent, sudo): (&AgentFiles, &Path),
     session: &str,
     asked: &str,
 ) -> Result<(i32, String), DemoError> {
@@ -47,8 +47,7 @@ async fn shell(
         .arg("--consent")
         .arg(&agent.break_glass_consent)
         .arg("--sudo")
-        // Written by the break-glass step: prints what sudo -n would run.
-        .arg(out.join("operator/sudo-stand-in"))
+        .arg(sudo)
         .env("SSH_ORIGINAL_COMMAND", asked)
         .output()
         .await
@@ -61,6 +60,41 @@ async fn shell(
         .trim()
         .to_owned();
     Ok((code, said))
+}
+
+/// The shell's `sudo` here: root's `pct config` answered by the simulator (the shell reads the
+/// guest's tags from it before a guest command, to check the consent is that guest's); any
+/// other command printed as `sudo -n` would run it.
+fn sudo_stand_in(
+    bins: &Path,
+    out: &Path,
+    sim: &SimEndpoint,
+) -> Result<std::path::PathBuf, DemoError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = out.join("operator");
+    let pct = dir.join("consent-pct");
+    let beside = dir.join("consent-pct.endpoint.json");
+    let sudo = dir.join("consent-sudo");
+    let artifact = |path: &Path| {
+        let path = path.to_owned();
+        move |source| DemoError::Artifact { path, source }
+    };
+    std::fs::copy(stack::program(bins, "bosun-pvesim-pct")?, &pct).map_err(artifact(&pct))?;
+    std::fs::copy(sim.data.join("endpoint.json"), &beside).map_err(artifact(&beside))?;
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600))
+        .map_err(artifact(&beside))?;
+    let script = format!(
+        "#!/bin/sh\n# Root's pct config answered by the simulator; anything else printed as sudo -n would run it.\n\
+         if [ \"$3 $4\" = '/usr/sbin/pct config' ]; then shift 3; exec '{}' \"$@\"; fi\n\
+         shift 2\necho \"sudo would run: $*\"\n",
+        pct.display()
+    );
+    std::fs::write(&sudo, script).map_err(artifact(&sudo))?;
+    for program in [&pct, &sudo] {
+        std::fs::set_permissions(program, std::fs::Permissions::from_mode(0o755))
+            .map_err(artifact(program))?;
+    }
+    Ok(sudo)
 }
 
 /// Alpha's controller asks for consent with `body`; gives the status and answer.
@@ -134,6 +168,7 @@ pub(super) async fn customer_consent(
         .find(|v| *v != vmid)
         .ok_or_else(|| DemoError::Check("no guest beside alpha on the host".into()))?;
     let boot = guest_steps::bootstrap(sim, out, vmid).await?;
+    let sudo = sudo_stand_in(bins, out, sim)?;
 
     let public_path = out.join("operator/id_ed25519.pub");
     let public = std::fs::read_to_string(&public_path).map_err(|source| DemoError::Artifact {
@@ -156,10 +191,10 @@ pub(super) async fn customer_consent(
     let asked = format!("guest-config {vmid}");
     let mut exits = Vec::new();
 
-    let (code, said) = shell((bins, out), agent, &session, "status").await?;
+    let (code, said) = shell(bins, (agent, &sudo), &session, "status").await?;
     check(code == 0, || format!("status exited {code}: {said}"))?;
     n.detail("$ ssh bosun-breakglass@host status   → runs (a host-level command needs no consent)");
-    let (code, said) = shell((bins, out), agent, &session, &asked).await?;
+    let (code, said) = shell(bins, (agent, &sudo), &session, &asked).await?;
     check(code == 3 && said.contains("has not consented"), || {
         format!("{asked} without consent exited {code}: {said}")
     })?;
@@ -210,18 +245,21 @@ pub(super) async fn customer_consent(
         "alpha's controller: POST /v1/break-glass/consent {{\"duration_seconds\": 900}} → granted until {}",
         answer["expires_at"].as_str().unwrap_or_default()
     ));
-    let (code, said) = shell((bins, out), agent, &session, &asked).await?;
+    let (code, said) = shell(bins, (agent, &sudo), &session, &asked).await?;
     check(code == 0, || {
         format!("{asked} with consent exited {code}: {said}")
     })?;
     exits.push(code);
-    n.detail(format!("$ ssh bosun-breakglass@host {asked:?}   → {said}"));
+    let first = said.lines().next().unwrap_or_default();
+    n.detail(format!(
+        "$ ssh bosun-breakglass@host {asked:?}   → {first} …"
+    ));
 
     let (status, answer) = consent(&boot, reqwest::Method::DELETE, "", None).await?;
     check(status == 200 && answer["granted"] == json!(false), || {
         format!("revoke answered {status}: {answer}")
     })?;
-    let (code, said) = shell((bins, out), agent, &session, &asked).await?;
+    let (code, said) = shell(bins, (agent, &sudo), &session, &asked).await?;
     check(code == 3, || {
         format!("{asked} after the revoke exited {code}: {said}")
     })?;

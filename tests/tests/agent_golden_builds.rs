@@ -251,14 +251,41 @@ async fn a_build_that_does_not_boot_in_a_scratch_guest_is_never_used_and_the_hub
     assert_eq!(listed.len(), 1);
     assert!(listed[0].verified_at.is_none());
 
-    // Starts work again; the next desired state retries: built, booted, verified.
+    // Starts work again. A desired state that only changes does not hurry the retry (each
+    // attempt builds a whole archive, and the hub may change desired state at will).
     sim.set_faults(bosun_pvesim::FaultConfig::default());
     let guest = Uuid::new_v4();
+    let builds = || {
+        files
+            .helper
+            .verbs()
+            .iter()
+            .filter(|v| **v == "build_golden")
+            .count()
+    };
+    assert_eq!(builds(), 1);
     hub.put_desired(
         host,
         &with_recipe(
             desired(&sim, &[], "running"),
             &recipe,
+            &[(guest, "web1", "2026.11-1")],
+        ),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        builds(),
+        1,
+        "a changed desired state is no reason to build again"
+    );
+    // The operator signs the recipe again: tried at once, built, booted, verified.
+    let resigned = agent_support::signing::signed_golden_recipe_document(&doc.with_refresh_days(6));
+    hub.put_desired(
+        host,
+        &with_recipe(
+            desired(&sim, &[], "running"),
+            &resigned,
             &[(guest, "web1", "2026.11-1")],
         ),
     )

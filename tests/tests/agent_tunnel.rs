@@ -9,7 +9,8 @@
 //! - a hub cannot re-point a hostname: renaming a guest in desired state, altering the signed
 //!   plan's bytes and replaying an older plan all leave the routes as the operator signed
 //!   them; a plan the operator signs that moves a hostname is audited to both guests; a
-//!   guest whose container is destroyed loses its hostnames instead of keeping its old address;
+//!   guest whose container is destroyed loses its hostnames instead of keeping its old address,
+//!   and a signed plan that names no tunnel withdraws every hostname;
 //! - a replica that stays unready is restarted after `restart_after` failed probes (the time
 //!   from the failure to the restart is printed), and the report carries the tunnel's
 //!   connections, version and restarts;
@@ -209,9 +210,25 @@ async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
     assert_eq!(stand_in.routes(1), want_moved);
 
     // B's container is destroyed behind the agent's back (no backup brings it back): its
-    // hostnames leave the ingress rather than keep an address someone else may hold next.
+    // hostname leaves the ingress rather than keep an address someone else may hold next.
+    let again = with_routes(
+        &base,
+        host,
+        &[("shop.example.com", a, 80), ("blog.example.com", b, 8080)],
+    );
+    hub.put_desired_unplanned(host, &again).await;
+    both_replicas_route(&stand_in, &want).await;
     destroy_behind_its_back(&sim, vmid_b).await;
+    let only_a = BTreeMap::from([("shop.example.com".to_owned(), service(vmid_a, 80))]);
+    both_replicas_route(&stand_in, &only_a).await;
+
+    // The operator signs a plan that names no tunnel: every hostname is withdrawn.
+    let mut withdrawn = base.clone();
+    withdrawn["data_plan"] = signing::signed_plan(&signing::plan_of(&base, host));
+    hub.put_desired_unplanned(host, &withdrawn).await;
     both_replicas_route(&stand_in, &BTreeMap::new()).await;
+    let told_a = audit_events(&agent, a).await;
+    assert_eq!(told_a[0].0, "tunnel.route_removed", "{told_a:?}");
 
     agent.stop().await;
     stand_in.stop().await;

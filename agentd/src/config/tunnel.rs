@@ -11,7 +11,7 @@
 //! systemctl = "/usr/bin/systemctl"
 //!
 //! [[tunnel.replica]]                                   # one per cloudflared unit
-//! unit = "bosun-tunnel@a.service"
+//! unit = "bosun-tunnel@20241.service"                 # the instance is its metrics port
 //! metrics = "http://127.0.0.1:20241"                   # its --metrics address
 //! ```
 //!
@@ -31,7 +31,8 @@ pub const MAX_REPLICAS: usize = 4;
 /// One cloudflared replica: its unit and its metrics server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replica {
-    /// The systemd unit (`bosun-tunnel@a.service`).
+    /// The systemd unit (`bosun-tunnel@20241.service`: the packaged unit's instance is the
+    /// port of its `--metrics` address on loopback).
     pub unit: String,
     /// Its metrics server's base URL (loopback): `/ready` and `/metrics` below it.
     pub metrics: Url,

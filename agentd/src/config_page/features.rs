@@ -346,7 +346,7 @@ pub(super) const TUNNEL: ConfigTable = ConfigTable {
             "replica",
             "array of tables (unit, metrics)",
             "required with config_file",
-            "[{ unit = \"bosun-tunnel@a.service\", metrics = \"http://127.0.0.1:20241\" }]",
+            "[{ unit = \"bosun-tunnel@20241.service\", metrics = \"http://127.0.0.1:20241\" }]",
             "The tunnel's replicas (1 to 4): each one's systemd unit and its metrics address on loopback; restarted one at a time.",
         ),
     ],

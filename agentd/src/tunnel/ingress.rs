@@ -163,6 +163,13 @@ impl IngressConfig {
     }
 }
 
+/// The tunnel a configuration this agent wrote names (its `tunnel:` line).
+pub fn tunnel_of(text: &str) -> Option<Uuid> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("tunnel: "))
+        .and_then(|id| Uuid::parse_str(id.trim()).ok())
+}
+
 /// Replaces `path` atomically with `bytes`: a sibling `NAME.tmp` written (mode 0640, so the
 /// tunnel's group of the setgid directory reads it and nobody else), synced and renamed over
 /// it, then the directory synced. The tunnel reads the old file or the new one, never half.
@@ -210,6 +217,14 @@ mod tests {
             credentials_file: "/var/lib/bosun/tunnel/credentials.json".into(),
             rules,
         }
+    }
+
+    #[test]
+    fn the_tunnel_a_written_configuration_names_is_read_back() {
+        let written = config(vec![rule("a.example.com", 1)]).render();
+        assert_eq!(tunnel_of(&written), Some(Uuid::from_u128(0x6ff4)));
+        assert_eq!(tunnel_of("ingress:\n  - service: http_status:404\n"), None);
+        assert_eq!(tunnel_of("tunnel: not-a-uuid\n"), None);
     }
 
     fn rule(hostname: &str, last: u8) -> IngressRule {

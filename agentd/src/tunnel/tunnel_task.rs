@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::credentials;
-use super::ingress::IngressConfig;
+use super::ingress::{self, IngressConfig};
 use super::routes::{self, PlacedRoute};
 use super::service::Service;
 use crate::clock::SharedClock;
@@ -69,6 +69,9 @@ struct Memory {
     state: TunnelState,
     /// The sealed credentials last refused (audited once each).
     refused: Option<SealedSecret>,
+    /// A configuration or credentials file was written and not every replica has been
+    /// restarted onto it yet: the restart is tried again until all are.
+    restart_pending: bool,
 }
 
 impl<P: Pve + 'static> TunnelTask<P> {
@@ -119,31 +122,34 @@ impl<P: Pve + 'static> TunnelTask<P> {
             failures: vec![0; self.settings.replicas.len()],
             state: TunnelState::default(),
             refused: None,
+            restart_pending: false,
         };
         let mut tick = 0u32;
         loop {
             let desired_changed = self.desired.has_changed().unwrap_or(false);
             if tick.is_multiple_of(PLACE_EVERY) || desired_changed {
                 let snapshot = self.desired.borrow_and_update().clone();
-                if let Some(plan) = snapshot.as_ref().and_then(|s| s.plan.clone())
-                    && let Some(tunnel) = &plan.plan.tunnel
-                {
+                if let Some(plan) = snapshot.as_ref().and_then(|s| s.plan.clone()) {
                     let sealed = snapshot
                         .as_ref()
                         .and_then(|s| s.state.tunnel_credentials.as_ref());
-                    let credentials =
-                        Box::pin(self.sync_credentials(sealed, tunnel.tunnel_id, &mut memory))
-                            .await;
-                    let routes =
-                        Box::pin(self.sync_routes(tunnel, plan.plan.serial, &mut memory)).await;
-                    if credentials || routes {
-                        tracing::info!(
-                            routes = memory.state.routes,
-                            unplaced = memory.state.unplaced,
-                            "tunnel configuration or credentials written; restarting its replicas one at a time"
-                        );
-                        Box::pin(self.rolling_restart(&mut memory)).await;
-                    }
+                    Box::pin(self.sync(
+                        plan.plan.tunnel.as_ref(),
+                        sealed,
+                        plan.plan.serial,
+                        &mut memory,
+                    ))
+                    .await;
+                }
+                // Until every replica runs the files in place: a restart that failed or timed
+                // out is tried again at the next placement.
+                if memory.restart_pending {
+                    tracing::info!(
+                        routes = memory.state.routes,
+                        unplaced = memory.state.unplaced,
+                        "tunnel configuration or credentials written; restarting its replicas one at a time"
+                    );
+                    memory.restart_pending = !Box::pin(self.rolling_restart(&mut memory)).await;
                 }
             }
             Box::pin(self.watch_replicas(&mut memory)).await;
@@ -156,6 +162,40 @@ impl<P: Pve + 'static> TunnelTask<P> {
                 _ = desired.changed() => {}
             }
         }
+    }
+
+    /// Brings the files to the operator's newest signed plan: its tunnel's credentials and
+    /// routes, or, once a plan names no tunnel, the rules in force withdrawn (the file keeps
+    /// only its catch-all). Marks a restart pending when a file was written.
+    async fn sync(
+        &self,
+        tunnel: Option<&PlanTunnel>,
+        sealed: Option<&SealedSecret>,
+        serial: u64,
+        memory: &mut Memory,
+    ) {
+        let withdrawn;
+        let tunnel = match tunnel {
+            Some(tunnel) => tunnel,
+            None if memory.placed.is_empty() => return,
+            None => {
+                let on_disk = std::fs::read_to_string(&self.settings.config_file).ok();
+                let Some(tunnel_id) = on_disk.as_deref().and_then(ingress::tunnel_of) else {
+                    memory.state.error = Some(
+                        "the signed plan names no tunnel; the configuration in place names none to withdraw from".to_owned(),
+                    );
+                    return;
+                };
+                withdrawn = PlanTunnel {
+                    tunnel_id,
+                    routes: Vec::new(),
+                };
+                &withdrawn
+            }
+        };
+        let credentials = Box::pin(self.sync_credentials(sealed, tunnel.tunnel_id, memory)).await;
+        let routes = Box::pin(self.sync_routes(tunnel, serial, memory)).await;
+        memory.restart_pending |= credentials || routes;
     }
 
     /// Places the plan's routes; when the file would change, writes it and audits. True when
@@ -257,10 +297,11 @@ impl<P: Pve + 'static> TunnelTask<P> {
 
     /// Restarts each replica in turn, the next only once the previous is ready again, so the
     /// others keep serving every guest meanwhile.
-    async fn rolling_restart(&self, memory: &mut Memory) {
+    /// Whether every replica was restarted and ready again.
+    async fn rolling_restart(&self, memory: &mut Memory) -> bool {
         for (i, replica) in self.settings.replicas.iter().enumerate() {
             if !self.restart(memory, i).await {
-                return;
+                return false;
             }
             let deadline = self.clock.now() + self.settings.restart_timeout;
             loop {
@@ -272,11 +313,13 @@ impl<P: Pve + 'static> TunnelTask<P> {
                         "{} not ready within {:?} of its restart; the other replicas were left running",
                         replica.unit, self.settings.restart_timeout
                     ));
-                    return;
+                    return false;
                 }
                 self.clock.sleep(Duration::from_millis(200)).await;
             }
         }
+        memory.state.error = None;
+        true
     }
 
     /// Restarts replica `i`; false when it failed.

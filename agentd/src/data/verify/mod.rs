@@ -183,14 +183,31 @@ impl Verifier {
                     || state.backup_policy.further_tiers.contains(&t.durable_id)
             })
             .collect();
-        if tiers.is_empty() {
-            return Ok(None);
-        }
         let desired: BTreeSet<String> = state
             .guests
             .iter()
             .map(|g| g.guest_id.to_string())
             .collect();
+        // Rows of guests and tiers no longer in desired state go: the report would carry them
+        // as unverified for ever (and the hub would call them overdue).
+        let tier_ids = tiers.iter().map(|t| t.durable_id.clone()).collect();
+        match self
+            .journal
+            .prune_verifications(desired.clone(), tier_ids)
+            .await
+        {
+            Ok(0) => {}
+            Ok(gone) => tracing::info!(
+                gone,
+                "verifications of guests or tiers no longer in desired state removed"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "verifications of departed guests not removed")
+            }
+        }
+        if tiers.is_empty() {
+            return Ok(None);
+        }
         let ours: Vec<(String, u32)> = self
             .journal
             .all_provenance()
@@ -329,6 +346,7 @@ pub async fn reports(journal: &JournalHandle) -> Vec<VerifyReport> {
     match journal.last_verifications().await {
         Ok(rows) => rows
             .into_iter()
+            .take(bosun_proto::verify::MAX_VERIFICATIONS)
             .filter_map(|l| {
                 Some(VerifyReport {
                     guest_id: uuid::Uuid::parse_str(&l.verification.guest_id).ok()?,

@@ -45,9 +45,11 @@ impl GoldenBuildTask {
 
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
-        // The recipe last refused (not tried again) and the one last failed with its pause.
+        // The recipe last refused (not tried again) and the one last failed with its pause and
+        // when it may be tried again (a desired-state change before then does not hurry it:
+        // each attempt builds a whole archive).
         let mut refused: Option<SignedDocument> = None;
-        let mut failed: Option<(SignedDocument, Duration)> = None;
+        let mut failed: Option<(SignedDocument, Duration, jiff::Timestamp)> = None;
         loop {
             let recipe = self
                 .desired
@@ -56,36 +58,55 @@ impl GoldenBuildTask {
                 .and_then(|d| d.state.golden_recipe.clone());
             let mut retry_in = None;
             let mut refresh_at = None;
+            let now = self.builder.clock.now();
+            let paused = |signed: &SignedDocument| {
+                failed
+                    .as_ref()
+                    .filter(|(last, _, not_before)| last == signed && now < *not_before)
+                    .map(|(_, _, not_before)| {
+                        Duration::try_from(not_before.duration_since(now)).unwrap_or(FIRST_RETRY)
+                    })
+            };
             if let Some(signed) = recipe.filter(|r| refused.as_ref() != Some(r)) {
                 let version = signed.golden_recipe().ok().map(|r| r.version);
-                match self.builder.ensure(&signed).await {
-                    Ok(built) => {
-                        failed = None;
-                        if let Some(build) = built {
-                            tracing::info!(volid = %build.volid, version = %build.version, "golden image built");
-                            self.outcome("verified", None, version).await;
+                if let Some(left) = paused(&signed) {
+                    retry_in = Some(left);
+                } else {
+                    match self.builder.ensure(&signed).await {
+                        Ok(built) => {
+                            failed = None;
+                            if let Some(build) = built {
+                                tracing::info!(volid = %build.volid, version = %build.version, "golden image built");
+                                self.outcome("verified", None, version).await;
+                            }
+                            refresh_at = self.builder.next_refresh(&signed).await;
                         }
-                        refresh_at = self.builder.next_refresh(&signed).await;
-                    }
-                    Err(e) if e.is_refusal() => {
-                        self.audit("golden.build_refused", &e).await;
-                        self.outcome("refused", Some(e.reason()), version).await;
-                        refused = Some(signed);
-                    }
-                    Err(e) => {
-                        let pause = match &failed {
-                            Some((last, pause)) if *last == signed => (*pause * 2).min(MAX_RETRY),
-                            _ => FIRST_RETRY,
-                        };
-                        let (action, outcome) = if e.is_verify_failure() {
-                            ("golden.verify_failed", "verify_failed")
-                        } else {
-                            ("golden.build_failed", "build_failed")
-                        };
-                        self.audit(action, &e).await;
-                        self.outcome(outcome, Some(e.reason()), version).await;
-                        failed = Some((signed, pause));
-                        retry_in = Some(pause);
+                        Err(e) if e.is_refusal() => {
+                            self.audit("golden.build_refused", &e).await;
+                            self.outcome("refused", Some(e.reason()), version).await;
+                            refused = Some(signed);
+                        }
+                        Err(e) => {
+                            let pause = match &failed {
+                                Some((last, pause, _)) if *last == signed => {
+                                    (*pause * 2).min(MAX_RETRY)
+                                }
+                                _ => FIRST_RETRY,
+                            };
+                            let (action, outcome) = if e.is_verify_failure() {
+                                ("golden.verify_failed", "verify_failed")
+                            } else {
+                                ("golden.build_failed", "build_failed")
+                            };
+                            self.audit(action, &e).await;
+                            self.outcome(outcome, Some(e.reason()), version).await;
+                            let not_before = jiff::SignedDuration::try_from(pause)
+                                .ok()
+                                .and_then(|p| self.builder.clock.now().checked_add(p).ok())
+                                .unwrap_or(jiff::Timestamp::MAX);
+                            failed = Some((signed, pause, not_before));
+                            retry_in = Some(pause);
+                        }
                     }
                 }
             }

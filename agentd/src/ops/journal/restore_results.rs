@@ -463,6 +463,12 @@ mod migration_tests {
                      duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
                      detail TEXT, finished_ms INTEGER NOT NULL) STRICT;
                  CREATE INDEX restore_tests_newest ON restore_tests (guest_id, storage, finished_ms);
+                 DROP TABLE golden_outcome;
+                 ALTER TABLE golden_archives DROP COLUMN prune_failed_ms;
+                 ALTER TABLE golden_archives DROP COLUMN prune_error;
+                 ALTER TABLE golden_archives DROP COLUMN prune_attempts;
+                 ALTER TABLE golden_archives DROP COLUMN removed_ms;
+                 ALTER TABLE golden_archives DROP COLUMN verify_duration_ms;
                  ALTER TABLE golden_archives DROP COLUMN verified_ms;
                  PRAGMA user_version = 15;",
             )

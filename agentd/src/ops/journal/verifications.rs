@@ -3,6 +3,8 @@
 //! verified and when it last verified `ok`, so the report can say how long a group has gone
 //! unverified across restarts.
 
+use std::collections::BTreeSet;
+
 use bosun_proto::verify::VerifyOutcome;
 use jiff::Timestamp;
 use rusqlite::params;
@@ -146,7 +148,42 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Removes the rows of every guest not in `guests` and of every tier not in `tiers` (a
+    /// guest gone from desired state, a tier gone from the policy): what the report carries
+    /// stays what is still verified, and the table stays bounded. Gives how many went.
+    pub fn prune_verifications(
+        &mut self,
+        guests: &BTreeSet<String>,
+        tiers: &BTreeSet<String>,
+    ) -> Result<usize, JournalError> {
+        const WHAT: &str = "prune verifications";
+        self.write(WHAT, |tx| {
+            let mut stmt = tx
+                .prepare_cached("SELECT guest_id, tier FROM verifications")
+                .map_err(query_err(WHAT))?;
+            let rows: Vec<(String, String)> = tuple_rows(&mut stmt, [], WHAT)?;
+            let mut gone = 0;
+            for (guest_id, tier) in rows {
+                if guests.contains(&guest_id) && tiers.contains(&tier) {
+                    continue;
+                }
+                gone += tx
+                    .execute(
+                        "DELETE FROM verifications WHERE guest_id = ?1 AND tier = ?2",
+                        params![guest_id, tier],
+                    )
+                    .map_err(query_err(WHAT))?;
+            }
+            Ok(gone)
+        })
+    }
+}
+
 journal_calls! {
+    /// See [`Store::prune_verifications`].
+    fn prune_verifications(guests: BTreeSet<String>, tiers: BTreeSet<String>) -> usize
+        = |s| s.prune_verifications(&guests, &tiers);
     /// See [`Store::record_verification`].
     fn record_verification(v: Verification) -> () = |s| s.record_verification(&v);
     /// See [`Store::last_verifications`].

@@ -170,7 +170,10 @@ impl ConsentBook {
         };
         let mut file = self.inner.file.lock().await;
         let now = self.inner.clock.now();
-        let expires_at = unix_seconds(now).saturating_add(duration.as_secs());
+        // Whole seconds, rounded up: a consent lasts at least what the guest asked for.
+        let expires_at = unix_seconds(now)
+            .saturating_add(duration.as_secs())
+            .saturating_add(u64::from(now.subsec_nanosecond() > 0));
         let before = file.clone();
         // One entry per guest and per vmid: the caller holds `vmid` now, whoever held it.
         file.consents.retain(|c| {
@@ -183,7 +186,12 @@ impl ConsentBook {
             expires_at,
         };
         file.consents.push(consent.clone());
-        write_file(&self.inner.path, &file).await?;
+        if let Err(e) = write_file(&self.inner.path, &file).await {
+            // Not in the file, so not granted: the book forgets it too, or the next write
+            // (another guest's) would put it in the file unaudited.
+            *file = before;
+            return Err(e);
+        }
         let mut event = AuditEvent::new(GRANTED_ACTION);
         event.guest_id = Some(guest_id.to_owned());
         event.vmid = Some(vmid);
@@ -218,9 +226,14 @@ impl ConsentBook {
             .consents
             .iter()
             .any(|c| c.guest_id == guest_id && c.expires_at > now);
+        let before = file.clone();
         file.consents
             .retain(|c| c.guest_id != guest_id && c.vmid != vmid && c.expires_at > now);
-        write_file(&self.inner.path, &file).await?;
+        if let Err(e) = write_file(&self.inner.path, &file).await {
+            // Still in the file, so still granted: the book says so too.
+            *file = before;
+            return Err(e);
+        }
         let mut event = AuditEvent::new(REVOKED_ACTION);
         event.guest_id = Some(guest_id.to_owned());
         event.vmid = Some(vmid);

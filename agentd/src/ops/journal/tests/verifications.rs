@@ -47,3 +47,38 @@ fn the_newest_verification_per_tier_keeps_the_first_the_last_ok_and_the_last_fai
     store.record_verification(&other).unwrap();
     assert_eq!(store.last_verifications().unwrap().len(), 2);
 }
+
+#[test]
+fn rows_of_departed_guests_and_tiers_are_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _clock) = open(&dir);
+    for (guest, tier) in [("g-1", "pbs1"), ("g-1", "pbs2"), ("g-2", "pbs1")] {
+        let mut v = verification(VerifyOutcome::Ok);
+        v.guest_id = guest.into();
+        v.tier = tier.into();
+        store.record_verification(&v).unwrap();
+    }
+    let set = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+    // g-2 left desired state and pbs2 left the policy: one row stays.
+    let gone = store
+        .prune_verifications(&set(&["g-1", "g-3"]), &set(&["pbs1"]))
+        .unwrap();
+    assert_eq!(gone, 2);
+    let rows = store.last_verifications().unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| (
+                r.verification.guest_id.as_str(),
+                r.verification.tier.as_str()
+            ))
+            .collect::<Vec<_>>(),
+        [("g-1", "pbs1")]
+    );
+    // Nothing left to prune: nothing goes.
+    assert_eq!(
+        store
+            .prune_verifications(&set(&["g-1"]), &set(&["pbs1"]))
+            .unwrap(),
+        0
+    );
+}
