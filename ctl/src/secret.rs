@@ -164,36 +164,12 @@ enum Subject {
 /// Refuses to seal what the agent would refuse: anything but cloudflared's credentials JSON
 /// for `tunnel_id` (never quoting it).
 fn check_tunnel_file(secret: &str, tunnel_id: Uuid) -> Result<(), CtlError> {
-    /// The fields checked, borrowed from the secret.
-    #[derive(serde::Deserialize)]
-    struct CloudflaredFile<'a> {
-        #[serde(rename = "AccountTag", borrow, default)]
-        account: Option<std::borrow::Cow<'a, str>>,
-        #[serde(rename = "TunnelSecret", borrow, default)]
-        secret: Option<std::borrow::Cow<'a, str>>,
-        #[serde(rename = "TunnelID", borrow, default)]
-        tunnel: Option<std::borrow::Cow<'a, str>>,
-    }
-    let bad = |reason: &str| CtlError::BadArgument {
-        what: "secret",
-        reason: format!("not a cloudflared credentials file for tunnel {tunnel_id}: {reason}"),
-    };
-    let file: CloudflaredFile<'_> = serde_json::from_str(secret).map_err(|_| bad("not JSON"))?;
-    if file.account.as_deref().is_none_or(str::is_empty) {
-        return Err(bad("no AccountTag"));
-    }
-    if file.secret.as_deref().is_none_or(str::is_empty) {
-        return Err(bad("no TunnelSecret"));
-    }
-    let named = file
-        .tunnel
-        .as_deref()
-        .and_then(|id| Uuid::parse_str(id).ok())
-        .ok_or_else(|| bad("no TunnelID"))?;
-    if named != tunnel_id {
-        return Err(bad("its TunnelID names another tunnel"));
-    }
-    Ok(())
+    bosun_proto::sealed_credential::check_cloudflared(secret, tunnel_id).map_err(|reason| {
+        CtlError::BadArgument {
+            what: "secret",
+            reason: format!("not a cloudflared credentials file for tunnel {tunnel_id}: {reason}"),
+        }
+    })
 }
 
 /// Runs a secret command.

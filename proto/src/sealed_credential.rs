@@ -127,6 +127,42 @@ fn check_schema(plaintext: &[u8]) -> Result<(), CredentialDocumentError> {
     Ok(())
 }
 
+/// The fields of cloudflared's credentials file Bosun checks; borrowed from the secret (no copy
+/// of it outlives the check).
+#[derive(Deserialize)]
+struct CloudflaredFile<'a> {
+    #[serde(rename = "AccountTag", borrow, default)]
+    account: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "TunnelSecret", borrow, default)]
+    secret: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "TunnelID", borrow, default)]
+    tunnel: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Checks that `secret` is cloudflared's credentials file for `tunnel_id`: a JSON object with
+/// `AccountTag`, `TunnelSecret` and `TunnelID`, the last naming the tunnel. The error says what
+/// is wrong, never quoting the secret. The operator's `bosunctl secret seal` and the agent
+/// that opens it check the same.
+pub fn check_cloudflared(secret: &str, tunnel_id: Uuid) -> Result<(), &'static str> {
+    let file: CloudflaredFile<'_> =
+        serde_json::from_str(secret).map_err(|_| "not a JSON object")?;
+    if file.account.as_deref().is_none_or(str::is_empty) {
+        return Err("no AccountTag");
+    }
+    if file.secret.as_deref().is_none_or(str::is_empty) {
+        return Err("no TunnelSecret");
+    }
+    let named = file
+        .tunnel
+        .as_deref()
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .ok_or("no TunnelID")?;
+    if named != tunnel_id {
+        return Err("its TunnelID names another tunnel");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,39 +64,11 @@ impl TunnelCredentialsError {
     }
 }
 
-/// The fields of cloudflared's credentials file Bosun checks; borrowed from the opened secret
-/// (no copy of it outlives the check).
-#[derive(serde::Deserialize)]
-struct CloudflaredFile<'a> {
-    #[serde(rename = "AccountTag", borrow, default)]
-    account: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "TunnelSecret", borrow, default)]
-    secret: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "TunnelID", borrow, default)]
-    tunnel: Option<std::borrow::Cow<'a, str>>,
-}
-
 /// Checks that `secret` is cloudflared's credentials file for `tunnel_id`: a JSON object with
 /// `AccountTag`, `TunnelSecret` and `TunnelID`, the last naming the tunnel.
 pub fn check_cloudflared(secret: &str, tunnel_id: Uuid) -> Result<(), TunnelCredentialsError> {
-    let bad = |reason| TunnelCredentialsError::NotCloudflared { tunnel_id, reason };
-    let file: CloudflaredFile<'_> =
-        serde_json::from_str(secret).map_err(|_| bad("not a JSON object"))?;
-    if file.account.as_deref().is_none_or(str::is_empty) {
-        return Err(bad("no AccountTag"));
-    }
-    if file.secret.as_deref().is_none_or(str::is_empty) {
-        return Err(bad("no TunnelSecret"));
-    }
-    let named = file
-        .tunnel
-        .as_deref()
-        .and_then(|id| Uuid::parse_str(id).ok())
-        .ok_or_else(|| bad("no TunnelID"))?;
-    if named != tunnel_id {
-        return Err(bad("its TunnelID names another tunnel"));
-    }
-    Ok(())
+    bosun_proto::sealed_credential::check_cloudflared(secret, tunnel_id)
+        .map_err(|reason| TunnelCredentialsError::NotCloudflared { tunnel_id, reason })
 }
 
 /// Opens `sealed` for `tunnel_id` on `host_id` and, when it differs from `path`'s content,
