@@ -35,7 +35,7 @@ nextest:
 # `nextest` already.
 nextest-postgres:
 	scripts/with-postgres $(CARGO) nextest run -p bosun-hubd --locked --profile ci \
-	  -E 'kind(test) & !binary(replicas) & !binary(failover)'
+	  -E 'kind(test) & !test(/^replicas::/) & !test(/^failover::/)'
 
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked

@@ -10,10 +10,8 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-mod localapi_support;
-#[path = "localapi_support/two_tiers.rs"]
-#[allow(dead_code, reason = "the fixture's floor is for the tier tests")]
-mod two_tiers;
+use crate::localapi_support;
+use crate::two_tiers;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

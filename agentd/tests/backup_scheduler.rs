@@ -8,7 +8,7 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-mod localapi_support;
+use crate::localapi_support;
 
 use std::sync::Arc;
 use std::time::Duration;

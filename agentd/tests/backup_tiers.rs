@@ -10,9 +10,8 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-mod localapi_support;
-#[path = "localapi_support/two_tiers.rs"]
-mod two_tiers;
+use crate::localapi_support;
+use crate::two_tiers;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,8 +10,7 @@
 )]
 
 #[allow(dead_code, reason = "the shared fake serves other suites too")]
-#[path = "localapi_support/fake_helper.rs"]
-mod fake_helper;
+use crate::localapi_support::fake_helper;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

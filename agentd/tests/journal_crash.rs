@@ -117,7 +117,7 @@ fn run_and_kill(db: &Path, kill_after_ok: u32) -> Vec<Seen> {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args([
-            "crash_child_entry",
+            "journal_crash::crash_child_entry",
             "--exact",
             "--ignored",
             "--nocapture",

@@ -6,7 +6,7 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-mod localapi_support;
+use crate::localapi_support;
 
 use bosun_pvesim::FaultConfig;
 use localapi_support::{Harness, Options, daily_policy};

@@ -1,5 +1,5 @@
 //! Local-API figures for `docs/benchmarks.md` (ignored by default; run with
-//! `cargo test -p bosun-agentd --test localapi_conn_bench -- --ignored --nocapture
+//! `cargo test -p bosun-agentd --test integration -- --ignored --nocapture localapi_conn_bench::
 //! --test-threads 1`): another guest's latency while one guest tries to hold 1,000 idle TLS
 //! connections from one address, and every other guest's latency while one guest, with its
 //! token, opens connections from 64 addresses.
@@ -11,10 +11,9 @@
     reason = "benchmark code: prints its figures; a panic is a failed run"
 )]
 
-mod localapi_support;
+use crate::localapi_support;
 
-#[path = "localapi_support/raw_tls.rs"]
-mod raw_tls;
+use crate::raw_tls;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;

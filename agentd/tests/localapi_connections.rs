@@ -9,10 +9,9 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-mod localapi_support;
+use crate::localapi_support;
 
-#[path = "localapi_support/raw_tls.rs"]
-mod raw_tls;
+use crate::raw_tls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};

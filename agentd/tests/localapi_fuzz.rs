@@ -7,7 +7,7 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-mod localapi_support;
+use crate::localapi_support;
 
 use std::time::Duration;
 

@@ -24,7 +24,7 @@ fn the_committed_openapi_document_matches_the_code() {
     assert!(
         committed == generated,
         "docs/localapi.openapi.json is out of date; regenerate it with \
-         BOSUN_WRITE_OPENAPI=1 cargo test -p bosun-agentd --test localapi_openapi"
+         BOSUN_WRITE_OPENAPI=1 cargo test -p bosun-agentd --test integration localapi_openapi::"
     );
 }
 

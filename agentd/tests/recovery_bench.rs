@@ -17,10 +17,8 @@
     reason = "benchmark code: a panic is a failed run with its location"
 )]
 
-mod localapi_support;
-#[path = "localapi_support/two_tiers.rs"]
-#[allow(dead_code, reason = "the fixture's floor is for the tier tests")]
-mod two_tiers;
+use crate::localapi_support;
+use crate::two_tiers;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

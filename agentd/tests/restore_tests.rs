@@ -13,12 +13,9 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-#[path = "localapi_support/guest_check.rs"]
-mod guest_check;
-mod localapi_support;
-#[path = "localapi_support/two_tiers.rs"]
-#[allow(dead_code, reason = "the fixture's floor is for the tier tests")]
-mod two_tiers;
+use crate::guest_check;
+use crate::localapi_support;
+use crate::two_tiers;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 use common::hub::{Fixture, start_hub};
 

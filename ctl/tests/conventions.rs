@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 use common::hub::{Fixture, start_hub};
 

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use bosun_proto::desired::GoldenArchive;
 use bosun_proto::golden::GoldenDocument;
 
-mod common;
+use crate::common;
 use common::verify;
 
 const VOLID: &str = "local:backup/vzdump-lxc-9000-2026_11_01-02_00_00.tar.zst";

@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 use common::hub::{Fixture, start_hub};
 use common::text;

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 use common::hub::start_hub;
 use common::text;

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 use common::hub::start_hub;
 use common::text;

@@ -8,7 +8,7 @@ use std::process::Output;
 use serde_json::Value;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 use common::hub::{Fixture, start_hub};
 

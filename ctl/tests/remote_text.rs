@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 use common::hub::{Fixture, start_hub};
 use common::text;

@@ -10,7 +10,7 @@ use bosun_proto::desired::DesiredState;
 use bosun_proto::retention::{FLOOR_SCHEMA, RetentionFloor};
 use bosun_proto::signed::SignedDocument;
 
-mod common;
+use crate::common;
 use common::verify;
 
 const HOST: &str = "0190f5a6-0000-7000-8000-000000000001";

@@ -4,7 +4,7 @@
 //! token before any handler runs.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use bosun_hubd::api::admin;
 use common::{TestHub, error_code};

@@ -3,7 +3,7 @@
 //! an unsilenced one does.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

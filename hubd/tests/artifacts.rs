@@ -6,7 +6,7 @@
 //! hash to its name; a PostgreSQL hub keeps them in the table.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use bosun_hubd::store::{ARTIFACTS_DIR, StoreLocation};
 use common::{TestHub, error_code, store_integers, test_store};

@@ -3,7 +3,7 @@
 //! that neither skips nor repeats an entry, and answers a bad query 400 with its code.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use bosun_proto::admin::AuditPage;
 use bosun_proto::report::{AuditEntry, StateReport};

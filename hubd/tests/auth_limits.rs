@@ -4,7 +4,7 @@
 //! tokens, while an operator on a clean address logs in and calls the API throughout.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! Every bad-input case gets the right status and a JSON error; request ids are echoed.
 
-mod common;
+use crate::common;
 
 use common::{TestHub, error_code};
 use reqwest::{Method, StatusCode};

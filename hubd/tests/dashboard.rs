@@ -6,7 +6,7 @@
 
 #[path = "dashboard/browser.rs"]
 mod browser;
-mod common;
+use crate::common;
 #[path = "dashboard/fixture.rs"]
 mod fixture;
 #[path = "dashboard/walkthrough.rs"]

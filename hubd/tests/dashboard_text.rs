@@ -5,7 +5,7 @@
 //! character written out, HTML escaped as ever.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Dead-man's switch on the manual clock, the mass-silence guard, webhook retries, metrics.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! agents report are stored, bounded and listed for `bosunctl explain`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use bosun_hubd::store::sqlite::SqliteStore;
 use bosun_hubd::store::{JobStore as _, PollStore as _};

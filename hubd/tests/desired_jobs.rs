@@ -1,7 +1,7 @@
 //! Desired state (idempotent puts), byte-exact signed jobs, job results, escrow.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::{SIGNATURE, TestHub, desired, error_code, job_bytes, signed_job};

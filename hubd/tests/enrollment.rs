@@ -1,6 +1,6 @@
 //! Enrollment: one-time tokens, expiry, approval, revocation, and secrets at rest.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `escrow_verified`, on the alert list and the webhook alike.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! hosts whose long-polls the dead replica held carry on through the others.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Polls from many hosts at once share transactions; one refused poll does not undo the others.
 
-mod common;
+use crate::common;
 
 use common::{TestHub, error_code};
 use reqwest::{Method, StatusCode};

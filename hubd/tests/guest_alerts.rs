@@ -6,7 +6,7 @@
 //! SQLite, and on PostgreSQL under `scripts/with-postgres`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use bosun_hubd::store::dashboard::{DashboardQuery, OpenAlert};
 use bosun_proto::admin::AlertKind;

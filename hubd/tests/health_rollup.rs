@@ -4,7 +4,7 @@
 //! all say what `bosun_hubd::health::roll_up` says.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

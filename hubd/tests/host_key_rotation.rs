@@ -4,7 +4,7 @@
 //! the exchange can be repeated (a lost answer) without locking the host out; an operator's
 //! request drops a next key staged before it; a key past its lifetime is refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! filters by `label` and `capability` on the server.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use common::{TestHub, error_code, full, host_events, poll_with, report};
 use reqwest::{Method, StatusCode};

@@ -3,7 +3,7 @@
 //! refused (409 `host_not_revoked`), an unknown or removed one is 404, a bad id is 400.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use common::{TestHub, desired, error_code, host_events};
 use reqwest::{Method, StatusCode};

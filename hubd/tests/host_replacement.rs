@@ -6,7 +6,7 @@
 //! desired state is put after the new box named its recipient.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-mod common;
+use crate::common;
 
 use common::field;
 

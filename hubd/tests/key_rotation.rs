@@ -16,7 +16,7 @@ use bosun_pin::{Pin, Trust};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 use common::{TestHub, poll_body};
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
 use common::field;
 

@@ -1,6 +1,6 @@
 //! Long-poll: answer at once when stale or a job is pending, otherwise hold and wake fast.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! after real enrollments, a desired state and a poll carrying a report.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 #[path = "metrics/promtool.rs"]
 mod promtool;
 

@@ -1,6 +1,6 @@
 //! An operator-provided certificate is served and pinned by its fingerprint.
 
-mod common;
+use crate::common;
 
 use bosun_hubd::tls::TlsSource;
 use common::TestHub;

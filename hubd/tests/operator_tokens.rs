@@ -5,7 +5,7 @@
 //! events, `set_by` on desired-state generations).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

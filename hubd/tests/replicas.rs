@@ -5,7 +5,7 @@
 //! revoke the last admin token.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! without touching what it holds.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::report::{BackupReport, GuestReport, GuestStatus, StateReport};

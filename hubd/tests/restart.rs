@@ -1,6 +1,6 @@
 //! State survives a restart: hosts, keys, desired state, queued jobs, alerts, certificate.
 
-mod common;
+use crate::common;
 
 use common::{TestHub, desired, signed_job};
 use reqwest::{Method, StatusCode};

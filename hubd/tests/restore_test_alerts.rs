@@ -8,7 +8,7 @@
 //! back through `GET /v1/admin/alerts` and `GET /v1/admin/events`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use bosun_hubd::clock::Clock as _;
 use bosun_proto::report::{

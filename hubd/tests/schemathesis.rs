@@ -9,8 +9,7 @@
     reason = "test code: a panic is a failed test with its location"
 )]
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -6,7 +6,7 @@
 //! another reason is an event only.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-mod common;
+use crate::common;
 
 use bosun_hubd::clock::Clock as _;
 use bosun_proto::desired::Retention;

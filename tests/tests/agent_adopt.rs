@@ -10,7 +10,7 @@
 //! the restart with one identity written, or none.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 
@@ -24,12 +24,6 @@ use bosun_pvesim::{EndpointFault, FaultConfig, SimConfig, SimHandle};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of the crash test.
-#[test]
-fn crash_child() {
-    agent_support::crash::child_main();
-}
 
 /// The Debian template the simulated node carries, as an administrator creates from.
 const TEMPLATE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";

@@ -5,7 +5,7 @@
 //! raises one `job_refused` alert.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

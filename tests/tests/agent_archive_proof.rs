@@ -9,7 +9,7 @@
 //! its path, notes and key fingerprint: DR refuses it by the config inside (decision 0052).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

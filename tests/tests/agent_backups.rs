@@ -6,9 +6,8 @@
 //! the next start and reported like any other.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-#[path = "../../agentd/tests/localapi_support/guest_check.rs"]
-mod guest_check;
+use crate::agent_support;
+use crate::guest_check;
 
 #[allow(dead_code)] // shared with other suites
 use std::time::Duration;

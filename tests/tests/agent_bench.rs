@@ -1,5 +1,5 @@
 //! Agent figures for `docs/benchmarks.md` (ignored by default; run with
-//! `cargo test -p bosun-tests --test agent_bench -- --ignored --nocapture`):
+//! `cargo test -p bosun-tests --test integration -- --ignored --nocapture agent_bench::`):
 //!
 //! - desired-state change → first Proxmox mutation, p50/p90 over 20 changes,
 //!   with long-poll;
@@ -10,7 +10,7 @@
 //!   keeping 20 guests with two storage targets, the local API and metrics.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 //! (`a_decommissioned_guests_consent_opens_nothing_on_the_next_guest_at_its_vmid`). (Expiry on the clock seam: `agentd/tests/break_glass.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! door holds exactly that job's line, and the journal audited its opening exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 
@@ -14,12 +14,6 @@ use agent_support::*;
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of the crash tests.
-#[test]
-fn crash_child() {
-    agent_support::crash::child_main();
-}
 
 const POINTS: &[&str] = &[
     "break_glass_job.accepted.intent",

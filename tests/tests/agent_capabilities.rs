@@ -5,21 +5,15 @@
 //! again sends it with its first full report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 
-use agent_support::process::{AgentProcess, child_main};
+use agent_support::process::AgentProcess;
 use agent_support::*;
 use reqwest::Method;
 use serde_json::Value;
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of this suite.
-#[test]
-fn agent_child() {
-    child_main();
-}
 
 async fn host_id(hub: &RealHub) -> Uuid {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

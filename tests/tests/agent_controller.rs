@@ -15,7 +15,7 @@
 //! - Killed at every step of a rollout, the agent converges: committed, or rolled back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,12 +31,6 @@ use reqwest::Method;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of the crash test.
-#[test]
-fn crash_child() {
-    agent_support::crash::child_main();
-}
 
 const CONFIG: &str = "[backup]\nstorage = \"local\"\n[controller]\nhealth_window_ms = 15000\nreport_interval_ms = 1000\nheal_after_ms = 2500\nmax_restarts = 2\n";
 

@@ -15,7 +15,7 @@
 //!   hub sends changes the record.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::{Duration, Instant};
 

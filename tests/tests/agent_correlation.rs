@@ -9,7 +9,7 @@
 //! Needs the workspace's binaries built (`cargo build --workspace --bins`; `make test` does).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};

@@ -9,7 +9,7 @@
 //! code under test is the library built with the `failpoints` feature.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -20,12 +20,6 @@ use agent_support::*;
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of the crash tests.
-#[test]
-fn crash_child() {
-    agent_support::crash::child_main();
-}
 
 /// Restarts the agent with `point` armed, asks for `guests` (the newest one is what trips the
 /// failpoint), waits for the crash, starts the agent again and waits until every guest runs.

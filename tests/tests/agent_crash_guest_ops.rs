@@ -8,7 +8,7 @@
 //! archive exists), that nothing is left `running` or locked, and that the guest runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -19,12 +19,6 @@ use agent_support::*;
 use bosun_proto::bootstrap::Bootstrap;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of the crash tests.
-#[test]
-fn crash_child() {
-    agent_support::crash::child_main();
-}
 
 const SNAPSHOT_POINTS: &[(&str, &str)] = &[
     ("localapi.snapshot.snapshot.intent", "failed"),

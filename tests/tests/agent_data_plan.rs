@@ -14,7 +14,7 @@
 //! - a plan signed by a stranger, for another host, or replayed below the serial in force.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@
 //! (decision 0027); a reset that cannot be done leaves no restored guest behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! desired state with two guests → both provisioned, running, reported.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -12,8 +12,8 @@
 //! test made.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-mod escrow_support;
+use crate::agent_support;
+use crate::escrow_support;
 
 use std::path::Path;
 

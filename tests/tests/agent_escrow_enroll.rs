@@ -5,8 +5,8 @@
 //! stays open until `escrow create` runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-mod escrow_support;
+use crate::agent_support;
+use crate::escrow_support;
 
 use std::time::Duration;
 

@@ -9,8 +9,8 @@
 //! made with a key the hub's escrow does not hold.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-mod escrow_support;
+use crate::agent_support;
+use crate::escrow_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -61,7 +61,12 @@ async fn rotate_in_child(
 ) -> (std::process::ExitStatus, String) {
     let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--exact", "rotate_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "agent_escrow_rotation::rotate_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(
             CHILD_ENV,
             format!("{}\n{}", config.display(), sheets.display()),

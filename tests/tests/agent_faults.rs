@@ -9,7 +9,7 @@
 //! bounded restart retries.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

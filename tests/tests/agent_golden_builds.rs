@@ -7,7 +7,7 @@
 //! audited `golden.verify_failed`, raises `golden_verify_failed` at the hub and is not used.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! `golden_refused` alert at the hub.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! the base the host reports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! sixth time. A guest being made is reported `provisioning`, to the hub too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! simulator's request log counting what the agent's token asked of Proxmox.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -11,22 +11,16 @@
 //!   the temperature sensors of `hwmon_dir` are reported.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 
-use agent_support::process::{AgentProcess, child_main};
+use agent_support::process::AgentProcess;
 use agent_support::*;
 use bosun_pvesim::{DiskDegrade, GuestLoad, Hardware};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of this suite.
-#[test]
-fn agent_child() {
-    child_main();
-}
 
 async fn alerts(hub: &RealHub, kind: &str) -> Vec<Value> {
     let (status, body) = hub

@@ -7,7 +7,7 @@
 //! return recovers it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};

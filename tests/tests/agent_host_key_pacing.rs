@@ -9,7 +9,7 @@
 //!    `rotate-key` asked right after a rotation completes at the next allowed moment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

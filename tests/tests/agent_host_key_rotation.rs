@@ -11,24 +11,18 @@
 //!    naming it is lost, and started again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use agent_support::crash::{AgentChild, child_main, host_id, kill, log_tail, spawn_agent};
+use agent_support::crash::{AgentChild, host_id, kill, log_tail, spawn_agent};
 use agent_support::lossy_tap::{Exchange, LossyTap};
 use agent_support::{RealHub, agent_files, eventually, start_sim};
 use bosun_pvesim::SimConfig;
 use reqwest::Method;
 use serde_json::Value;
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of this suite.
-#[test]
-fn crash_child() {
-    child_main();
-}
 
 /// The key `host.json` holds.
 fn key_on_disk(state_dir: &Path) -> String {

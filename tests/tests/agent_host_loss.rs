@@ -22,10 +22,9 @@
 //! key nor the tunnel's secret are in it, nor anywhere in the hub's data directory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-#[path = "tunnel_support/cloudflared.rs"]
-mod cloudflared;
-mod escrow_support;
+use crate::agent_support;
+use crate::cloudflared;
+use crate::escrow_support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! `job.refused` audit entry).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `fast`, the guest is built with the volume as a `backup=1` mount point there.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! a whole agent restarted after the retirement trusts the new key from its journal.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agent_support;
+use crate::agent_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,14 +12,14 @@
 //! `forged_job_flood_figures` (ignored) is the benchmark in `docs/benchmarks.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_support::hostile_hub::HostileHub;
-use agent_support::process::{AgentProcess, child_main};
+use agent_support::process::AgentProcess;
 use agent_support::signing::{OperatorKey, envelope, job_doc};
 use agent_support::*;
 use bosun_proto::job::JobOutcome;
@@ -27,12 +27,6 @@ use bosun_proto::poll::{MAX_ACKED_JOBS, MAX_JOBS_PER_POLL};
 use bosun_pvesim::{SimConfig, SimHandle};
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of this suite.
-#[test]
-fn agent_child() {
-    child_main();
-}
 
 struct Stack {
     sim: SimHandle,

@@ -13,7 +13,7 @@
 //!    and trusts it after a restart; a replayed serial is refused by the hub.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! the guest is locked ends `failed`, timed out and retriable, and destroys nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

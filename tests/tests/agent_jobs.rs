@@ -6,7 +6,7 @@
 //! hub's stored report through a change-only report (a removed guest).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -13,14 +13,14 @@
 //!   not on the failure backoff, and is polling normally soon after the approval.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_support::hostile_hub::HostileHub;
-use agent_support::process::{AgentProcess, child_main};
+use agent_support::process::AgentProcess;
 use agent_support::*;
 use bosun_agentd::links::hub::link::{HubLink, LinkRecord};
 use bosun_agentd::links::hub::poll_task::STOP_POLL_TIMEOUT;
@@ -29,12 +29,6 @@ use bosun_pvesim::SimConfig;
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of this suite.
-#[test]
-fn agent_child() {
-    child_main();
-}
 
 /// `TimeoutStopSec=` of the agent's unit: systemd kills an agent still running after it.
 fn unit_stop_timeout() -> Duration {

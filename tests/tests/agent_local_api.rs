@@ -5,10 +5,9 @@
 //! while a made-up token does not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
-#[path = "../../agentd/tests/localapi_support/raw_tls.rs"]
-mod raw_tls;
+use crate::raw_tls;
 
 use std::time::Duration;
 

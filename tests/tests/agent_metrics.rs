@@ -5,9 +5,8 @@
 //! dashboard name is a family a live hub or agent exports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-#[path = "../../hubd/tests/metrics/promtool.rs"]
-mod promtool;
+use crate::agent_support;
+use crate::promtool;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

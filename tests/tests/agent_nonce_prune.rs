@@ -3,7 +3,7 @@
 //! nonce was forgotten is still refused, as expired, before anything is claimed again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! what is retryable within the job's validity window.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::sync::Arc;
 use std::time::Duration;

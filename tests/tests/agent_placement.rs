@@ -5,7 +5,7 @@
 //! report and the audit log, and nothing of its guest is built until a fast target arrives.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

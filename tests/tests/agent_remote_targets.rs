@@ -5,7 +5,7 @@
 //! `fingerprint_mismatch`, never with Proxmox's words.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::{Duration, Instant};
 

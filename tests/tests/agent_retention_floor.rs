@@ -6,7 +6,7 @@
 //! newer floor (here made with `bosunctl policy sign-floor`) lowers it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 //! and audits the refusal once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! from desired state gets it reported as left registered, never detached.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::{Duration, Instant};
 

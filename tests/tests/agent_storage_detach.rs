@@ -4,7 +4,7 @@
 //! removal is one `DELETE /storage/{storage}`, and the same job replayed runs no more.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::Path;
 use std::sync::Arc;

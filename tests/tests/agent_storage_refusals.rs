@@ -6,7 +6,7 @@
 //! (no `POST /storage`) or the mount table.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! lost or the agent is killed at any step of the wipe.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,12 +22,6 @@ use bosun_pvesim::{EndpointFault, FaultConfig, SimHandle};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of the crash test.
-#[test]
-fn crash_child() {
-    agent_support::crash::child_main();
-}
 
 /// Desired state: `guest` running, and one `local-dir` target per directory in `state`.
 fn desired_with(sim: &SimHandle, guest: Uuid, dirs: &[String], state: &str) -> Value {

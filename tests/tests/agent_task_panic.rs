@@ -7,7 +7,7 @@
 //! (`job_intake.check.panic`) is not the agent's to die of: the agent runs on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::Duration;
 
@@ -26,12 +26,6 @@ async fn last_seen(hub: &RealHub, host: uuid::Uuid) -> serde_json::Value {
         .find(|h| h["host_id"] == host.to_string())
         .map(|h| h["last_seen"].clone())
         .unwrap_or_default()
-}
-
-/// Not a test of its own: the agent process of the tests below.
-#[test]
-fn crash_child() {
-    agent_support::crash::child_main();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! A day of a two-tier backup policy on a host with 50 running guests, for
 //! `docs/benchmarks.md` (ignored by default; run with
-//! `cargo test -p bosun-tests --test agent_tier_bench -- --ignored --nocapture`).
+//! `cargo test -p bosun-tests --test integration -- --ignored --nocapture agent_tier_bench::`).
 //!
 //! The agent's `BackupService` (with tiers) and `PolicyScheduler` run in this
 //! process against `bosun-pvesim` at `SimConfig::fast()` (a vzdump takes 0.2 s).
@@ -13,8 +13,7 @@
 //! split between it and the rest (the agent, its journal thread and this test).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../agentd/tests/localapi_support/two_tiers.rs"]
-mod two_tiers;
+use crate::two_tiers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

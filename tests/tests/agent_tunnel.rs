@@ -25,9 +25,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-#[path = "tunnel_support/cloudflared.rs"]
-mod cloudflared;
+use crate::agent_support;
+use crate::cloudflared;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -17,10 +17,9 @@
 //! Runs as root (the gate refuses a config root does not control).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-#[path = "update_support/stack.rs"]
-mod update_stack;
-mod update_support;
+use crate::agent_support;
+use crate::update_stack;
+use crate::update_support;
 
 use std::time::{Duration, Instant};
 

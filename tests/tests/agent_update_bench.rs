@@ -4,14 +4,12 @@
 //! within 3 s, at most 2 restarts; `RestartSec` 200 ms). Production defaults are 120 s, 60 s,
 //! 90 s and 5 s: a commit takes the window, a rollback its bound, plus the same overheads.
 //!
-//! `cargo nextest run -p bosun-tests --test agent_update_bench --run-ignored only --no-capture`
+//! `cargo nextest run -p bosun-tests --test integration agent_update_bench:: --run-ignored only --no-capture`
 //! (build `bosun-agentd` and `bosun-update-gate` first). Figures go to `docs/benchmarks.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
-#[path = "update_support/stack.rs"]
-mod update_stack;
-mod update_support;
+use crate::update_stack;
+use crate::update_support;
 
 use std::time::Duration;
 

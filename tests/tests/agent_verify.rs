@@ -6,7 +6,7 @@
 //! it a year apart, in desired state does not make it any rarer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::time::{Duration, Instant};
 

@@ -9,13 +9,13 @@
 //! third was not reached. The third host never gets a job.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_support::jobs::ctl;
-use agent_support::process::{AgentProcess, child_main};
+use agent_support::process::AgentProcess;
 use agent_support::signing::{OperatorKey, harness_signer_lines};
 use agent_support::*;
 use bosun_guest::{ControllerConfig, ControllerLoop, LocalApiClient};
@@ -24,12 +24,6 @@ use reqwest::Method;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-/// Not a test of its own: the agent process of this suite.
-#[test]
-fn agent_child() {
-    child_main();
-}
 
 const CONFIG: &str = "[backup]\nstorage = \"local\"\n[controller]\nhealth_window_ms = 15000\nreport_interval_ms = 1000\nheal_after_ms = 60000\nmax_restarts = 2\n";
 

@@ -17,7 +17,7 @@
 //! - the restore is in the hub's audit trail (`hub_restored`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agent_support;
+use crate::agent_support;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};

@@ -18,6 +18,7 @@ use std::process::{Command, Output};
 
 use anyhow::{Context, Result, bail, ensure};
 
+#[path = "packaging_build/mod.rs"]
 mod packaging_build;
 
 use packaging_build::build_packages;

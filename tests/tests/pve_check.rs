@@ -3,7 +3,7 @@
 //! an unsupported version, a wrong fingerprint or secret, a failed or interrupted scratch step
 //! (cleaned up all the same), the JSON shape and the exit codes.
 
-mod pve_support;
+use crate::pve_support;
 
 use std::collections::BTreeSet;
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! The PVE client against the simulator's failure modes: authentication, permissions, busy
 //! answers, locks, id races, failed tasks, dropped connections and TLS pinning.
 
-mod pve_support;
+use crate::pve_support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! only in the HTTP reason phrase and the body is `{"data":null}`. Lock waiting, the next-id
 //! race and missing-guest detection must work from the reason phrase alone.
 
-mod pve_support;
+use crate::pve_support;
 
 use std::time::Duration;
 

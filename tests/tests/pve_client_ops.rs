@@ -1,6 +1,6 @@
 //! The PVE client against the simulator: every operation, with its typed results.
 
-mod pve_support;
+use crate::pve_support;
 
 use bosun_pve::{
     ConfigUpdate, ContentFilter, ContentType, CtDisk, CtOptions, DiskSize, GuestStatus, Op, Pve,

@@ -2,7 +2,7 @@
 //! serves must exist in Proxmox VE's published API schema (9.1 and 8.4), with valid
 //! parameters. A mutation test proves the check can fail.
 
-mod pve_support;
+use crate::pve_support;
 
 use std::collections::BTreeSet;
 

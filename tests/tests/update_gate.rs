@@ -8,7 +8,7 @@
 //! Runs as root (the gate refuses a config that root does not control).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod update_support;
+use crate::update_support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

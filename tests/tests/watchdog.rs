@@ -8,7 +8,7 @@
 //! --workspace` and `make test` build them).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agent_support;
+use crate::agent_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,12 +1,12 @@
 //! The dashboard walked through in headless Chromium over a live fleet
-//! ([`crate::fixture`]), keeping the screenshots as `target/test-artifacts/dashboard-*.png`.
+//! ([`super::fixture`]), keeping the screenshots as `target/test-artifacts/dashboard-*.png`.
 
 use std::path::{Path, PathBuf};
 
 use bosun_hubd::ui::COOKIE_NAME;
 
-use crate::browser::{self, eval, screenshot, text, viewport, wait_for_path};
-use crate::fixture;
+use super::browser::{self, eval, screenshot, text, viewport, wait_for_path};
+use super::fixture;
 
 /// `target/test-artifacts` of the workspace (or of `CARGO_TARGET_DIR`).
 fn artifacts_dir() -> PathBuf {

@@ -4,8 +4,8 @@
 use bosun_hubd::api::openapi;
 use serde_json::Value;
 
-use crate::schema::Schemas;
-use crate::{document, documented, repo};
+use super::schema::Schemas;
+use super::{document, documented, repo};
 
 /// Parses `text` as `T` and runs its own validation.
 fn parses<T: serde::de::DeserializeOwned>(

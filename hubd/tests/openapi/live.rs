@@ -5,9 +5,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::common::{self, TestHub};
-use crate::schema::Schemas;
-use crate::{concrete, doc_example, document, documented};
+use super::common::{self, TestHub};
+use super::schema::Schemas;
+use super::{concrete, doc_example, document, documented};
 
 /// Checks a live answer against the document: its status is documented for the route, and
 /// its body fits the schema documented for that status (or is empty where none is). Gives

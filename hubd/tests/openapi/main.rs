@@ -5,15 +5,14 @@
 //! a real hub fit the schema documented for their status.
 //!
 //! Regenerate the committed document with
-//! `BOSUN_WRITE_OPENAPI=1 cargo nextest run -p bosun-hubd --test openapi`.
+//! `BOSUN_WRITE_OPENAPI=1 cargo nextest run -p bosun-hubd --test integration openapi::`.
 
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a panic is a failed test with its location"
 )]
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod examples;
 mod live;
 mod numbers;
@@ -105,7 +104,7 @@ async fn the_served_document_is_the_committed_one() {
     assert!(
         committed == served,
         "docs/hub.openapi.json is out of date; regenerate it with \
-         BOSUN_WRITE_OPENAPI=1 cargo nextest run -p bosun-hubd --test openapi"
+         BOSUN_WRITE_OPENAPI=1 cargo nextest run -p bosun-hubd --test integration openapi::"
     );
 }
 

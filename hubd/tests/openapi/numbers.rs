@@ -6,7 +6,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
-use crate::common::TestHub;
+use super::common::TestHub;
 
 async fn post_raw(hub: &TestHub, path: &str, body: &str) -> (StatusCode, Value) {
     let resp = hub

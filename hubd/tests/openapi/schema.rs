@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use crate::{doc_example, document};
+use super::{doc_example, document};
 
 /// A check of a JSON value against the subset of JSON Schema (2020-12, as OpenAPI 3.1 uses
 /// it) that utoipa writes. A keyword or format it does not know fails the check, so a schema

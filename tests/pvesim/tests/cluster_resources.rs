@@ -2,7 +2,7 @@
 //! guest, storage and node the caller may audit, narrowed by `type`) and the node status's
 //! `memory.available`, which the 9.1 schema requires and 8.4 does not have.
 
-mod common;
+use crate::common;
 
 use bosun_pvesim::{PveVersion, SimConfig};
 use common::{start, start_with};

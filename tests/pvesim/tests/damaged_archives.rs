@@ -1,7 +1,7 @@
 //! Damaged archives as a restore test meets them: an unreadable one fails its restore and
 //! leaves nothing behind, one without `/sbin/init` restores but does not start.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! Transport, envelope, authentication and the order of checks.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

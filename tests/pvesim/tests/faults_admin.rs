@@ -1,6 +1,6 @@
 //! Fault injection (seeded), the admin endpoint and the TOML configuration.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! again; a soft mount fails after its timeout (scaled), the storage is inactive and a vzdump
 //! to it fails with an I/O error.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Read-and-annotate endpoints real clients call: node status, pending changes, one
 //! snapshot's index and config, one volume's attributes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! Config, power (a start needs the CT's `/sbin/init`), resize, nextid and destroy behaviour.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The node's load as a test sets it (`/_sim/node/load`, `SimHandle::set_node_load`), seen in
 //! `GET /nodes` and `GET /nodes/{node}/status`.
 
-mod common;
+use crate::common;
 
 use bosun_pvesim::NodeLoad;
 use common::start;

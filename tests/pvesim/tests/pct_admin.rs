@@ -6,7 +6,7 @@
 // Test harness code: a panic is a failed test with its location.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::start;
 use serde_json::{Value, json};

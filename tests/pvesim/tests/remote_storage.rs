@@ -2,7 +2,7 @@
 //! config API (create, update, read, list), secrets, PBS namespaces and encryption, dir
 //! storages that must be mount points, and the settable clock.
 
-mod common;
+use crate::common;
 
 use common::{Resp, Sim, start};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! on the same server, datastore and namespace lists the same backups and restores the same
 //! guests; documents that do not describe a store are refused without a change.
 
-mod common;
+use crate::common;
 
 use bosun_pvesim::{RemoteStore, SimError, export_remote_store, import_remote_store};
 use common::{Resp, Sim, start};

@@ -1,6 +1,6 @@
 //! Create/restore: PVE's order of checks, root-only rules and archive-driven results.
 
-mod common;
+use crate::common;
 
 use common::start;
 

@@ -2,7 +2,7 @@
 //! CT file trees it changes: pushed files with PVE's rules, snapshots and rollbacks that
 //! carry the files, archives that hold them and restores that bring them back.
 
-mod common;
+use crate::common;
 
 use bosun_pvesim::{CliFault, CliOutput, DEBIAN_TEMPLATE};
 use common::{Sim, start};

@@ -1,6 +1,6 @@
 //! Snapshots and vzdump.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Storage, content visibility, task API and effective permissions.
 
-mod common;
+use crate::common;
 
 use common::start;
 
