@@ -4,9 +4,9 @@
 //! once (decision 0089). Run one suite with a filter on its module:
 //! `cargo nextest run -p bosun-agentd archive_proof::`.
 
-mod localapi_support;
 #[path = "localapi_support/guest_check.rs"]
 mod guest_check;
+mod localapi_support;
 #[path = "localapi_support/raw_tls.rs"]
 mod raw_tls;
 #[path = "localapi_support/two_tiers.rs"]
