@@ -424,7 +424,7 @@ pub async fn run(
     // The agent runs under the unit stand-in from here on; it stops when `unit` drops.
     let (unit, updated) = n
         .step(
-            "the agent updates itself: a job the hub forged is refused; the operator's signed update is staged by the helper into slot b and the health gate commits it after a clean window",
+            "the agent updates itself: a job the hub forged is refused; the operator's update, rolled out by label (canary first), is staged by the helper into slot b and the health gate commits it after a clean window",
             async |n| super::self_update::self_update(n, children, &client, (bins, out), &helper, &agent, run_as, host_id).await,
         )
         .await?;

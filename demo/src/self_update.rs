@@ -1,11 +1,13 @@
-//! Step 14: the agent updates itself (DESIGN §11, decision 0018). The agent moves under a
-//! stand-in for systemd ([`super::unit`]) running `<slots>/current/bosun-agentd` from the
-//! helper's slots; the operator uploads this build's `bosun-agentd` to the hub; a job the hub
-//! forged (signed by a key the host does not trust) is refused and nothing is staged; the
-//! operator's signed job is downloaded, checked and staged by the real helper into slot b,
-//! `current` flips, and the real `bosun-update-gate` restarts the agent there and commits it
-//! after a clean window. The hub records `agent_update_committed`.
-
+//! Step 14: the agent updates itself (DESIGN §11, decision 0018), rolled out by label
+//! (decision 0086). The agent moves under a stand-in for systemd ([`super::unit`]) running
+//! `<slots>/current/bosun-agentd` from the helper's slots; the operator uploads this build's
+//! `bosun-agentd` to the hub; a job the hub forged (signed by a key the host does not trust) is
+//! refused and nothing is staged. The operator labels the host `ring=canary` and runs `bosunctl
+//! fleet rollout --label ring=canary`, which signs one job for the host in its canary wave; the
+//! job is downloaded, checked and staged by the real helper into slot b, `current` flips, and
+//! the real `bosun-update-gate` restarts the agent there and commits it after a clean window.
+//! The hub records `agent_update_committed`, and the rollout reads the gate's verdict from the
+//! host's audit trail and ends with the host done.
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,7 +18,7 @@ use uuid::Uuid;
 
 use super::children::{Children, RunAs};
 use super::helper::HelperInstall;
-use super::scenario::{check, converge_job, ignore_plain_output};
+use super::scenario::{CONVERGE, check, converge_job, ignore_plain_output};
 use super::stack::{self, AgentFiles, program};
 use super::unit::{FakeSystemd, UnitSpec, systemctl_script};
 use super::{DemoError, Narrator};
@@ -25,6 +27,12 @@ use bosunctl::client::HubClient;
 /// The gate's windows in the demo (production: 120 s, ready in 60 s, a poll in 90 s).
 const WINDOW_MS: u64 = 3_000;
 
+/// The label the operator's rollout selects the host by.
+const RING: &str = "ring=canary";
+
+/// How long the rollout may take, its health gate included.
+const ROLLOUT_WAIT: Duration = Duration::from_secs(120);
+
 /// What step 14 established.
 #[derive(Debug, Clone, Default)]
 pub struct SelfUpdateOutcome {
@@ -32,6 +40,8 @@ pub struct SelfUpdateOutcome {
     pub forged: Value,
     /// The signed job's result (`succeeded`: staged).
     pub signed: Value,
+    /// `bosunctl fleet rollout`'s report (`--json`): the host done in wave 1.
+    pub rollout: Value,
     /// The update record after the gate ran (`committed`).
     pub phase: Option<String>,
     /// Staging to the gate's commit, milliseconds.
@@ -136,6 +146,116 @@ async fn submit(
     Ok(submitted["job_id"].clone())
 }
 
+/// `bosunctl fleet rollout` running while the demo plays the systemd path unit that starts
+/// the update gate.
+struct Rollout {
+    child: tokio::process::Child,
+    program: PathBuf,
+}
+
+impl Rollout {
+    /// Starts the rollout of this build's agent to the hosts labeled [`RING`], one job each,
+    /// signed with the operator's `key`.
+    fn start((bins, out): (&Path, &Path), sha256: &str, key: &Path) -> Result<Self, DemoError> {
+        let program = program(bins, "bosunctl")?;
+        let config = out.join("operator/ctl.json");
+        let log = out.join("logs/fleet-rollout.log");
+        let stderr = std::fs::File::create(&log).map_err(artifact(&log))?;
+        let child = tokio::process::Command::new(&program)
+            .arg("--config")
+            .arg(&config)
+            .args(["--json", "fleet", "rollout", "--kind", "agent-update"])
+            .args(["--label", RING, "--param", "version=0.1.0+demo"])
+            .arg("--param")
+            .arg(format!("sha256={sha256}"))
+            .args(["--param", "override_window=true", "--valid-hours", "1"])
+            .args(["--wait", "2m", "--deadline", "10m", "-f"])
+            .arg(key)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| DemoError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        Ok(Self { child, program })
+    }
+
+    /// Fails when the rollout already ended: it cannot have succeeded before the gate ran.
+    fn still_running(&mut self) -> Result<(), DemoError> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(DemoError::Check(format!(
+                "`bosunctl fleet rollout` ended ({status}) before the update was committed; see logs/fleet-rollout.log"
+            ))),
+            Err(source) => Err(DemoError::Spawn {
+                program: self.program.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Waits for the rollout's verdict; gives its report.
+    async fn finish(self) -> Result<Value, DemoError> {
+        let program = self.program;
+        let output = tokio::time::timeout(ROLLOUT_WAIT, self.child.wait_with_output())
+            .await
+            .map_err(|_| DemoError::Timeout {
+                what: "`bosunctl fleet rollout` to end".into(),
+                after: ROLLOUT_WAIT,
+            })?
+            .map_err(|source| DemoError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(DemoError::Check(format!(
+                "`bosunctl fleet rollout` exited {}; see logs/fleet-rollout.log",
+                output.status
+            )));
+        }
+        serde_json::from_slice(&output.stdout).map_err(|err| {
+            DemoError::Check(format!("`bosunctl fleet rollout` printed no report: {err}"))
+        })
+    }
+}
+
+/// The result of the `agent-update` the rollout queued for `host` (any but `forged_id`), once
+/// the agent finished it.
+async fn staged_job(
+    children: &mut Children,
+    (bins, out): (&Path, &Path),
+    host: &str,
+    forged_id: &Value,
+    rollout: &mut Rollout,
+) -> Result<Value, DemoError> {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let jobs = stack::ctl(bins, out, &["job", "list", "--host", host]).await?;
+        let result = jobs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|j| j["kind"] == json!("agent-update") && &j["job_id"] != forged_id)
+            .map(|j| j["result"].clone())
+            .find(|r| !r.is_null());
+        if let Some(result) = result {
+            return Ok(result);
+        }
+        children.check_alive()?;
+        rollout.still_running()?;
+        if Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                what: "the rollout's agent-update job to finish".into(),
+                after: CONVERGE,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// Step 14.
 #[expect(
     clippy::too_many_arguments,
@@ -230,10 +350,18 @@ pub async fn self_update(
     })?;
     n.detail("a job signed by a key the host does not trust (what a compromised hub can make): rejected, unknown_signer; nothing staged");
 
+    // The operator's own update goes out the way a fleet's does: the host carries a label and
+    // `fleet rollout` signs one job for each host the label selects, canary first.
+    let labeled = stack::ctl(bins, out, &["hosts", "label", &host, RING]).await?;
+    check(labeled["labels"]["ring"] == json!("canary"), || {
+        format!("`hosts label` answered {labeled}")
+    })?;
     let key = out.join("operator/id_ed25519");
-    let signed_id = submit((bins, out), &host, &sha256, &key, "update-signed").await?;
-    n.detail("$ bosunctl job new --kind agent-update --param version=0.1.0+demo --param sha256=… --param override_window=true; job sign; job submit");
-    let signed = converge_job(children, bins, out, &host, &signed_id).await?;
+    let mut rollout = Rollout::start((bins, out), &sha256, &key)?;
+    n.detail(format!(
+        "$ bosunctl hosts label {host} {RING}; bosunctl fleet rollout --kind agent-update --label {RING} --param version=0.1.0+demo --param sha256=… --param override_window=true -f operator key"
+    ));
+    let signed = staged_job(children, (bins, out), &host, &forged_id, &mut rollout).await?;
     check(signed["outcome"] == json!("succeeded"), || {
         format!("the signed update ended {signed}")
     })?;
@@ -241,8 +369,8 @@ pub async fn self_update(
         format!("current names {} after staging", current(&slots))
     })?;
     n.detail(format!(
-        "agent: downloaded, sha256 checked; bosun-helper stage_agent_update → slot {}, current → b",
-        signed["output"]["slot"]
+        "wave 1 (the canary): the job signed for this host; agent: downloaded, sha256 checked; bosun-helper stage_agent_update → slot {}, current → b",
+        signed["output"]["slot"].as_str().unwrap_or("?")
     ));
 
     // What bosun-update-gate.path does when the record changes.
@@ -308,11 +436,25 @@ pub async fn self_update(
     n.detail(
         "hub: event agent_update_committed (the new agent read the gate's verdict and reported it)",
     );
+    let report = rollout.finish().await?;
+    let line = &report["hosts"][0];
+    check(
+        report["stopped"] == json!(false)
+            && report["hosts"].as_array().map(Vec::len) == Some(1)
+            && line["outcome"] == json!("done")
+            && line["wave"] == json!(1),
+        || format!("the rollout reported {report}"),
+    )?;
+    n.detail(format!(
+        "fleet rollout: {} done in wave 1, its verdict agent_update.committed read from the host's audit trail; exit 0",
+        line["hostname"].as_str().unwrap_or_default()
+    ));
     Ok((
         unit,
         SelfUpdateOutcome {
             forged,
             signed,
+            rollout: report,
             phase: verdict.map(|r| r.phase.as_str().to_owned()),
             staged_to_committed_ms,
         },

@@ -226,6 +226,18 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert_eq!(update.signed["outcome"], "succeeded", "{transcript}");
     assert_eq!(update.signed["output"]["slot"], "b");
     assert_eq!(update.phase.as_deref(), Some("committed"), "{transcript}");
+    // The signed job came from `fleet rollout --label ring=canary`: the host done in wave 1.
+    assert_eq!(update.rollout["stopped"], false, "{:?}", update.rollout);
+    assert_eq!(
+        update.rollout["hosts"][0]["outcome"], "done",
+        "{:?}",
+        update.rollout
+    );
+    assert_eq!(
+        update.rollout["hosts"][0]["wave"], 1,
+        "{:?}",
+        update.rollout
+    );
     assert!(
         transcript.contains("[14] the agent updates itself")
             && transcript.contains("hub: event agent_update_committed"),
@@ -429,7 +441,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "hosts list --label site=ams1   → no host",
         "--capability helper --capability arch=",
         "hosts list --capability tunnel   → no host",
-        "labels:        site=fra1, tier=gold",
+        "labels:        ring=canary, site=fra1, tier=gold",
         "has:           helper",
     ] {
         assert!(labels.contains(want), "{want}:\n{labels}");
