@@ -258,10 +258,14 @@ pub(super) async fn verify_between_restore_tests(
         "$ curl -X POST …/_sim/remotes/{server}/chunks/damage -d '{{\"datastore\": \"{PBS_DATASTORE}\", \"vmid\": {alpha_vmid}}}'   ({} snapshots of ct/{alpha_vmid} lose chunks)",
         outcome.damaged
     ));
+    // The alert and the report it came from: the status reads the host's report and the
+    // alerts one after the other, so a report that lands between them shows the alert beside
+    // the report before it.
     let fleet = converge(children, client, "the verify_failed alert", |f| {
         f.alerts
             .iter()
             .any(|a| a.kind == AlertKind::VerifyFailed && a.message.contains(&durable))
+            && verification(f, alpha, &durable).is_some_and(|v| v.outcome == VerifyOutcome::Failed)
     })
     .await?;
     outcome.damage_to_alert_ms = damaged_at.elapsed().as_millis();

@@ -21,6 +21,9 @@ pub const MAX_VERIFY_HOURS: u32 = 8760;
 /// desired state names (`report.rs` checks the two agree).
 pub const MAX_VERIFICATIONS: usize = 4_000;
 
+/// Most characters of a verification's `detail` (PBS's task status, or why it could not run).
+pub const MAX_DETAIL_CHARS: usize = 200;
+
 /// How often desired state asks for verification of the host's PBS backup groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -136,6 +139,27 @@ pub fn validate_reports(reports: &[VerifyReport]) -> Result<(), ValidationError>
     validate::count("verifications", reports.len(), MAX_VERIFICATIONS)?;
     for (i, r) in reports.iter().enumerate() {
         validate::text(|| format!("verifications[{i}].tier"), &r.tier, 512)?;
+        check_detail(i, &r.detail)?;
+    }
+    Ok(())
+}
+
+/// A detail is short printable text (or empty): a host's words reach the operator's views.
+fn check_detail(i: usize, detail: &str) -> Result<(), ValidationError> {
+    let field = || format!("verifications[{i}].detail");
+    let chars = detail.chars().count();
+    if chars > MAX_DETAIL_CHARS {
+        return Err(ValidationError::TooLong {
+            field: field(),
+            len: chars,
+            max: MAX_DETAIL_CHARS,
+        });
+    }
+    if detail.chars().any(char::is_control) {
+        return Err(ValidationError::Invalid {
+            field: field(),
+            reason: "contains control characters".to_owned(),
+        });
     }
     Ok(())
 }
@@ -143,6 +167,36 @@ pub fn validate_reports(reports: &[VerifyReport]) -> Result<(), ValidationError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(detail: &str) -> VerifyReport {
+        VerifyReport {
+            guest_id: Uuid::nil(),
+            tier: "pbs:backup@pbs!bosun@10.0.0.5:8007/store".to_owned(),
+            finished_at: Timestamp::UNIX_EPOCH,
+            outcome: VerifyOutcome::Ok,
+            duration_ms: 1,
+            detail: detail.to_owned(),
+            last_ok_at: None,
+            last_failed_at: None,
+            first_at: Timestamp::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn a_detail_is_short_printable_text() {
+        validate_reports(&[report(""), report("OK")]).unwrap();
+        validate_reports(&[report(&"é".repeat(MAX_DETAIL_CHARS))]).unwrap();
+        let long = validate_reports(&[report(&"x".repeat(MAX_DETAIL_CHARS + 1))]).unwrap_err();
+        assert!(
+            long.to_string().contains("verifications[0].detail"),
+            "{long}"
+        );
+        let escape = validate_reports(&[report("ok\x1b[2Jcleared")]).unwrap_err();
+        assert!(
+            escape.to_string().contains("control characters"),
+            "{escape}"
+        );
+    }
 
     fn desired(enabled: bool, interval_hours: u32) -> VerifyPolicy {
         VerifyPolicy {

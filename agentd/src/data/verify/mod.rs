@@ -33,8 +33,8 @@ use crate::ops::journal::{AuditEvent, JournalHandle, LastVerification, Verificat
 use crate::trust::keys::sealing::StorageIdentity;
 use pbs::{PbsClient, PbsError, TaskState};
 
-/// Most characters of PBS's task status kept as a verification's detail.
-const MAX_DETAIL: usize = 200;
+/// Most characters of PBS's task status kept as a verification's detail (what the hub takes).
+const MAX_DETAIL: usize = bosun_proto::verify::MAX_DETAIL_CHARS;
 
 /// How the verifier paces itself.
 #[derive(Debug, Clone)]
@@ -257,7 +257,7 @@ impl Verifier {
             Ok(exit) => (VerifyOutcome::Failed, bounded(&exit)),
             Err(e) => {
                 tracing::warn!(guest_id = %due.guest_id, error = %error_chain(&e), "verification could not run");
-                (VerifyOutcome::Error, e.to_string())
+                (VerifyOutcome::Error, bounded(&e.to_string()))
             }
         };
         Verification {
@@ -354,7 +354,7 @@ pub async fn reports(journal: &JournalHandle) -> Vec<VerifyReport> {
                     finished_at: l.finished_at,
                     outcome: l.verification.outcome,
                     duration_ms: l.verification.duration_ms,
-                    detail: l.verification.detail,
+                    detail: bounded(&l.verification.detail),
                     last_ok_at: l.last_ok_at,
                     last_failed_at: l.last_failed_at,
                     first_at: l.first_at,

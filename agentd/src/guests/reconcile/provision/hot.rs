@@ -70,31 +70,19 @@ impl<P: Pve + 'static> Provisioner<P> {
             let storage = self.place_hot(volume).map_err(refused)?;
             let index = free_slot(&config)
                 .ok_or_else(|| refused("the container has no free mount point".to_owned()))?;
-            let mut set = CtOptions::default();
-            set.mount_points.insert(
-                index,
-                NewMountPoint {
-                    storage: storage.clone(),
-                    size_gib: volume.size_gib,
-                    path: volume.path.clone(),
-                    backup: true,
-                },
-            );
-            let update = ConfigUpdate {
-                set,
-                ..ConfigUpdate::default()
+            let mount = NewMountPoint {
+                storage,
+                size_gib: volume.size_gib,
+                path: volume.path.clone(),
+                backup: true,
             };
-            op.call(
+            self.add_mount_point(
+                op,
                 StepName::HotVolume,
-                json!({
-                    "vmid": vmid.get(),
-                    "name": volume.name,
-                    "mp": format!("mp{index}"),
-                    "storage": storage.as_str(),
-                    "size_gib": volume.size_gib,
-                    "path": volume.path,
-                }),
-                pve.update_ct_config(vmid, &update),
+                vmid,
+                (index, &volume.name),
+                mount,
+                &[],
             )
             .await?;
             // The slot is taken now: the next volume looks past it.
@@ -102,6 +90,41 @@ impl<P: Pve + 'static> Provisioner<P> {
                 .values
                 .insert(format!("mp{index}"), json!(format!("mp={}", volume.path)));
         }
+        Ok(())
+    }
+
+    /// Adds `mount` to `vmid` as mount point `mp<index>` through the journaled step `step`,
+    /// whose record names the volume (`name`), where it went and `extra` fields.
+    pub(super) async fn add_mount_point(
+        &self,
+        op: &OpJournal,
+        step: StepName,
+        vmid: Vmid,
+        (index, name): (u8, &str),
+        mount: NewMountPoint,
+        extra: &[(&str, serde_json::Value)],
+    ) -> Result<(), StepError> {
+        let mut record = json!({
+            "vmid": vmid.get(),
+            "name": name,
+            "mp": format!("mp{index}"),
+            "storage": mount.storage.as_str(),
+            "size_gib": mount.size_gib,
+            "path": mount.path,
+        });
+        if let Some(fields) = record.as_object_mut() {
+            for (key, value) in extra {
+                fields.insert((*key).to_owned(), value.clone());
+            }
+        }
+        let mut set = CtOptions::default();
+        set.mount_points.insert(index, mount);
+        let update = ConfigUpdate {
+            set,
+            ..ConfigUpdate::default()
+        };
+        op.call(step, record, self.pve.update_ct_config(vmid, &update))
+            .await?;
         Ok(())
     }
 }

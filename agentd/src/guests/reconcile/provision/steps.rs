@@ -440,32 +440,20 @@ impl<P: Pve + 'static> Provisioner<P> {
                 step: "bulk_volume".into(),
                 reason: format!("bulk volume {}: {why}", volume.name),
             })?;
-            let mut set = CtOptions::default();
-            set.mount_points.insert(
-                index,
-                NewMountPoint {
-                    storage: storage.clone(),
-                    size_gib: volume.size_gib,
-                    path: volume.path.clone(),
-                    backup: false,
-                },
-            );
-            let update = ConfigUpdate {
-                set,
-                ..ConfigUpdate::default()
+            let mount = NewMountPoint {
+                storage,
+                size_gib: volume.size_gib,
+                path: volume.path.clone(),
+                backup: false,
             };
-            op.call(
+            let extra = [("backup", json!(volume.backup))];
+            self.add_mount_point(
+                op,
                 StepName::BulkVolume,
-                json!({
-                    "vmid": vmid.get(),
-                    "name": volume.name,
-                    "mp": key,
-                    "storage": storage.as_str(),
-                    "size_gib": volume.size_gib,
-                    "path": volume.path,
-                    "backup": volume.backup,
-                }),
-                pve.update_ct_config(vmid, &update),
+                vmid,
+                (index, &volume.name),
+                mount,
+                &extra,
             )
             .await?;
         }
