@@ -452,27 +452,7 @@ mod migration_tests {
         let clock = ManualClock::new("2026-03-01T02:00:00Z".parse().unwrap());
         let mut store = Store::open(&path, clock.shared()).unwrap();
         // Back to what a version-15 agent left behind: the old CHECK, one passed result.
-        store
-            .conn
-            .execute_batch(
-                "DROP TABLE restore_tests;
-                 CREATE TABLE restore_tests (
-                     op_id TEXT PRIMARY KEY REFERENCES operations (op_id),
-                     guest_id TEXT NOT NULL, storage TEXT NOT NULL, archive TEXT,
-                     outcome TEXT NOT NULL CHECK (outcome IN ('passed', 'failed', 'interrupted')),
-                     duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
-                     detail TEXT, finished_ms INTEGER NOT NULL) STRICT;
-                 CREATE INDEX restore_tests_newest ON restore_tests (guest_id, storage, finished_ms);
-                 DROP TABLE golden_outcome;
-                 ALTER TABLE golden_archives DROP COLUMN prune_failed_ms;
-                 ALTER TABLE golden_archives DROP COLUMN prune_error;
-                 ALTER TABLE golden_archives DROP COLUMN prune_attempts;
-                 ALTER TABLE golden_archives DROP COLUMN removed_ms;
-                 ALTER TABLE golden_archives DROP COLUMN verify_duration_ms;
-                 ALTER TABLE golden_archives DROP COLUMN verified_ms;
-                 PRAGMA user_version = 15;",
-            )
-            .unwrap();
+        crate::ops::journal::schema::rewind(&store.conn, 15).unwrap();
         let old = test_op(&mut store);
         store
             .finish_restore_test(old, &result(TestOutcome::Passed))

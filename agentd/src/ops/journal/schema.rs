@@ -483,9 +483,103 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
     Ok(())
 }
 
+/// Test support: turns the journal on `conn` back into what an agent of schema `version`
+/// left behind, keeping its rows. The tables, columns, indexes and triggers of that version
+/// are the migrations' own (run up to `version` beside it); what later migrations added is
+/// dropped, so a migration test never lists what came after the version it starts from.
+#[cfg(test)]
+pub(super) fn rewind(conn: &Connection, version: i64) -> rusqlite::Result<()> {
+    let count = usize::try_from(version).expect("a schema version");
+    let old = Connection::open_in_memory()?;
+    for sql in &MIGRATIONS[..count] {
+        old.execute_batch(sql)?;
+    }
+    let tables = |c: &Connection| schema_objects(c, "table");
+    let (old_tables, new_tables) = (tables(&old)?, tables(conn)?);
+    conn.execute_batch("PRAGMA foreign_keys = OFF; PRAGMA legacy_alter_table = ON;")?;
+    for kind in ["trigger", "index"] {
+        for name in schema_objects(conn, kind)?.keys() {
+            conn.execute_batch(&format!("DROP {kind} \"{name}\";"))?;
+        }
+    }
+    for (name, sql) in &new_tables {
+        match old_tables.get(name) {
+            None => conn.execute_batch(&format!("DROP TABLE \"{name}\";"))?,
+            Some(old_sql) if old_sql == sql => {}
+            Some(old_sql) => {
+                let kept: Vec<String> = columns(conn, name)?
+                    .into_iter()
+                    .filter(|c| columns(&old, name).is_ok_and(|old| old.contains(c)))
+                    .map(|c| format!("\"{c}\""))
+                    .collect();
+                let kept = kept.join(", ");
+                conn.execute_batch(&format!(
+                    "ALTER TABLE \"{name}\" RENAME TO \"{name}__newer\";
+                     {old_sql};
+                     INSERT INTO \"{name}\" ({kept}) SELECT {kept} FROM \"{name}__newer\";
+                     DROP TABLE \"{name}__newer\";"
+                ))?;
+            }
+        }
+    }
+    for kind in ["index", "trigger"] {
+        for sql in schema_objects(&old, kind)?.values() {
+            conn.execute_batch(sql)?;
+        }
+    }
+    conn.execute_batch(&format!(
+        "PRAGMA user_version = {version}; PRAGMA legacy_alter_table = OFF; PRAGMA foreign_keys = ON;"
+    ))
+}
+
+/// The schema's own objects of one kind (`table`, `index`, `trigger`): name → SQL.
+#[cfg(test)]
+fn schema_objects(
+    conn: &Connection,
+    kind: &str,
+) -> rusqlite::Result<std::collections::BTreeMap<String, String>> {
+    let mut statement = conn.prepare(
+        "SELECT name, sql FROM sqlite_master
+         WHERE type = ?1 AND sql IS NOT NULL AND name NOT LIKE 'sqlite_%'",
+    )?;
+    let rows = statement.query_map([kind], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    rows.collect()
+}
+
+/// A table's column names.
+#[cfg(test)]
+fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut statement = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
+    let rows = statement.query_map([table], |row| row.get(0))?;
+    rows.collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schema of a journal migrated to the end and rewound to each version is the one
+    /// the migrations up to that version make.
+    #[test]
+    fn rewinding_gives_each_version_its_own_schema() {
+        let schema = |c: &Connection| {
+            ["table", "index", "trigger"].map(|kind| schema_objects(c, kind).unwrap())
+        };
+        for version in 1..=SCHEMA_VERSION {
+            let mut newest = Connection::open_in_memory().unwrap();
+            migrate(&mut newest).unwrap();
+            rewind(&newest, version).unwrap();
+            let old = Connection::open_in_memory().unwrap();
+            for sql in &MIGRATIONS[..usize::try_from(version).unwrap()] {
+                old.execute_batch(sql).unwrap();
+            }
+            assert_eq!(schema(&newest), schema(&old), "version {version}");
+            let found: i64 = newest
+                .query_row("PRAGMA user_version", [], |row| row.get(0))
+                .unwrap();
+            assert_eq!(found, version);
+        }
+    }
 
     #[test]
     fn schema_version_counts_the_migrations() {

@@ -180,17 +180,7 @@ fn migrating_from_version_two_carries_over_finished_backups() {
     // Still running at the upgrade: not a finished backup.
     store.begin_operation(&backup_of(Some("g-3"), 103)).unwrap();
     // Back to what a version-2 agent left behind.
-    store
-        .conn
-        .execute_batch(
-            "DROP TABLE guest_macs; DROP TABLE data_plan; DROP TABLE break_glass_doors;
-             DROP INDEX operations_by_start; ALTER TABLE operations DROP COLUMN correlation_id;
-             ALTER TABLE desired_state DROP COLUMN correlation_id;
-             DROP TABLE backup_outcomes; DROP TABLE golden_archives; DROP TABLE guest_tombstones;
-             DROP TABLE retention_floor;
-             ALTER TABLE guest_provenance DROP COLUMN identity; PRAGMA user_version = 2;",
-        )
-        .unwrap();
+    crate::ops::journal::schema::rewind(&store.conn, 2).unwrap();
     drop(store);
 
     let (store, _) = open(&dir);

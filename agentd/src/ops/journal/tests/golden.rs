@@ -56,24 +56,13 @@ fn migrating_to_version_14_forgets_signed_goldens_without_a_signature_and_keeps_
         .record_golden(BUILT, &hash, GoldenSource::Built)
         .unwrap();
     // Back to what a version-13 agent left behind: a signed record names no signer.
+    crate::ops::journal::schema::rewind(&store.conn, 13).unwrap();
     store
         .conn
-        .execute_batch(&format!(
-            "DROP TABLE golden_outcome;
-             ALTER TABLE golden_archives DROP COLUMN prune_failed_ms;
-             ALTER TABLE golden_archives DROP COLUMN prune_error;
-             ALTER TABLE golden_archives DROP COLUMN prune_attempts;
-             ALTER TABLE golden_archives DROP COLUMN removed_ms;
-             ALTER TABLE golden_archives DROP COLUMN verify_duration_ms;
-             ALTER TABLE golden_archives DROP COLUMN verified_ms;
-             ALTER TABLE golden_archives DROP COLUMN signer_principals;
-             ALTER TABLE golden_archives DROP COLUMN signer_fingerprint;
-             ALTER TABLE golden_archives DROP COLUMN signature;
-             ALTER TABLE golden_archives DROP COLUMN signed_document;
-             INSERT INTO golden_archives (volid, sha256, source, built_ms)
-                 VALUES ('{SIGNED}', '{hash}', 'signed', 0);
-             PRAGMA user_version = 13;"
-        ))
+        .execute(
+            "INSERT INTO golden_archives (volid, sha256, source, built_ms) VALUES (?1, ?2, 'signed', 0)",
+            rusqlite::params![SIGNED, hash],
+        )
         .unwrap();
     drop(store);
     let (store, _) = open(&dir);

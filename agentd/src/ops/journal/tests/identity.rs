@@ -11,38 +11,7 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     assert!(row.identity().starts_with("bosun-op-"));
 
     // A journal written before version 6 gets the same identity from `created_by_op`.
-    store
-        .conn
-        .execute_batch(
-            "DROP TABLE golden_outcome;
-             ALTER TABLE golden_archives DROP COLUMN prune_failed_ms;
-             ALTER TABLE golden_archives DROP COLUMN prune_error;
-             ALTER TABLE golden_archives DROP COLUMN prune_attempts;
-             ALTER TABLE golden_archives DROP COLUMN removed_ms;
-             ALTER TABLE golden_archives DROP COLUMN verify_duration_ms;
-             ALTER TABLE golden_archives DROP COLUMN verified_ms;
-             ALTER TABLE golden_archives DROP COLUMN signer_principals;
-             ALTER TABLE golden_archives DROP COLUMN signer_fingerprint;
-             ALTER TABLE golden_archives DROP COLUMN signature;
-             ALTER TABLE golden_archives DROP COLUMN signed_document;
-             DROP TABLE guest_macs; ALTER TABLE backup_outcomes DROP COLUMN proof;
-             DROP TABLE data_plan; DROP TABLE break_glass_doors; DROP INDEX golden_archives_by_version;
-             ALTER TABLE golden_archives DROP COLUMN size;
-             ALTER TABLE golden_archives DROP COLUMN recipe_version;
-             ALTER TABLE golden_archives DROP COLUMN controller_digest;
-             DROP INDEX operations_by_start; ALTER TABLE operations DROP COLUMN correlation_id;
-             ALTER TABLE desired_state DROP COLUMN correlation_id;
-             DROP TABLE guest_tombstones; ALTER TABLE guest_provenance DROP COLUMN identity;
-             DROP TABLE retention_floor; DROP INDEX backup_outcomes_good;
-             ALTER TABLE backup_outcomes DROP COLUMN target;
-             ALTER TABLE backup_outcomes DROP COLUMN tier;
-             ALTER TABLE backup_outcomes DROP COLUMN warnings;
-             ALTER TABLE backup_outcomes DROP COLUMN encrypted;
-             ALTER TABLE backup_outcomes DROP COLUMN error;
-             ALTER TABLE backup_outcomes DROP COLUMN started_ms;
-             PRAGMA user_version = 5;",
-        )
-        .unwrap();
+    crate::ops::journal::schema::rewind(&store.conn, 5).unwrap();
     drop(store);
     let (mut store, _) = open(&dir);
     assert_eq!(
