@@ -442,10 +442,6 @@ async fn hostile_hub(
 }
 
 /// The step; see the module documentation.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the demo's stage: its children, client, paths, simulator, helper, agent and unit"
-)]
 pub(super) async fn managed_tunnel(
     n: &mut Narrator,
     children: &mut Children,

@@ -18,7 +18,7 @@
 //!
 //! The suites run it in process ([`StandIn`]); the demo runs the binary
 //! `bosun-cloudflared-sim`, which serves the same replicas and a control API beside them
-//! ([`control`]). One stand-in either way.
+//! ([`control_router`]). One stand-in either way.
 
 mod control;
 mod replicas;
