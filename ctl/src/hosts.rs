@@ -487,6 +487,9 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             .filter(|g| g.status == bosun_proto::report::GuestStatus::Running)
             .count();
         fields.push(("current", current_line(report, running)));
+        if let Some(tunnel) = &report.tunnel {
+            fields.push(("tunnel", crate::status::tunnel_text(tunnel)));
+        }
         if let Some(test) = &report.last_restore_test {
             fields.push((
                 "restore test",

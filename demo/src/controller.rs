@@ -182,7 +182,7 @@ async fn publish(
 
 /// Reads the hub's audit trail of the host until an entry at or after `since` matches
 /// `wanted`, a child dies, or [`CONVERGE`] passes; gives the entry.
-async fn audited(
+pub(super) async fn audited(
     children: &mut Children,
     (bins, out): (&Path, &Path),
     host_id: Uuid,
@@ -213,7 +213,7 @@ async fn audited(
     }
 }
 
-fn audit_line(entry: &AuditRecord) -> String {
+pub(super) fn audit_line(entry: &AuditRecord) -> String {
     format!(
         "{}  {}  {}",
         entry.at.strftime("%H:%M:%S"),

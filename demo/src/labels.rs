@@ -19,7 +19,7 @@ use super::{DemoError, Narrator};
 const LABELS: [&str; 2] = ["site=fra1", "tier=gold"];
 
 /// Runs `bosunctl` with the demo's connection and without `--json`: what the operator reads.
-async fn ctl_plain(bins: &Path, out: &Path, args: &[&str]) -> Result<String, DemoError> {
+pub(super) async fn ctl_plain(bins: &Path, out: &Path, args: &[&str]) -> Result<String, DemoError> {
     let config = out.join("operator/ctl.json").display().to_string();
     let mut full = vec!["--config", config.as_str()];
     full.extend_from_slice(args);

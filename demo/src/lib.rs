@@ -41,6 +41,7 @@ mod scenario;
 mod self_update;
 mod sim;
 mod stack;
+mod tunnel;
 pub mod unit;
 mod verify;
 mod zero_knowledge;
@@ -63,6 +64,7 @@ pub use narrate::{Narrator, StepRecord};
 pub use restore_check::RestoreCheckOutcome;
 pub use scenario::Outcome;
 pub use self_update::SelfUpdateOutcome;
+pub use tunnel::TunnelOutcome;
 pub use verify::VerifyStepOutcome;
 pub use zero_knowledge::ScanResult;
 

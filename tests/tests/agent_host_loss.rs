@@ -289,7 +289,8 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
         &tunnel_config,
         &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
     )
-    .await;
+    .await
+    .unwrap();
     let mut config_text = std::fs::read_to_string(&new_files.config_path).unwrap();
     config_text.push_str(&stand_in.agent_config(
         &tunnel_credentials,

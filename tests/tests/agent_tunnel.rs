@@ -1,5 +1,6 @@
 //! The tunnel, managed (decision 0082), against the real hub, the simulator and a cloudflared
-//! stand-in of two replicas (`tunnel_support/cloudflared.rs`):
+//! stand-in of two replicas (`bosun_pvesim::cloudflared`, run in process; the demo runs the same
+//! stand-in as `bosun-cloudflared-sim`):
 //!
 //! - the operator-signed data plan's routes become one ingress rule per hostname to the
 //!   guest's address on the bridge (which the agent reads from Proxmox), written where the
@@ -33,6 +34,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_support::*;
+use bosun_proto::signed::SignedDocument;
 use bosun_proto::tunnel::{PlanTunnel, TunnelRoute};
 use serde_json::Value;
 use uuid::Uuid;
@@ -114,7 +116,8 @@ async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
         &config_file,
         &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
     )
-    .await;
+    .await
+    .unwrap();
     append_config(
         &files,
         &stand_in.agent_config(
@@ -157,7 +160,7 @@ async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
     );
     assert!(second[0] >= first[0] + cloudflared::RESTART_TAKES);
     assert_eq!(
-        *stand_in.all_down_samples.lock(),
+        stand_in.all_down_samples(),
         0,
         "never without a ready replica"
     );
@@ -172,8 +175,12 @@ async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
     renamed["guests"][0]["hostname"] = "blog.example.com".into();
     hub.put_desired_unplanned(host, &renamed).await;
     let mut forged = signed.clone();
-    let document = forged["data_plan"]["document"].as_str().unwrap().to_owned();
-    forged["data_plan"]["document"] = document.replace(&a.to_string(), &b.to_string()).into();
+    let plan: SignedDocument = serde_json::from_value(forged["data_plan"].clone()).unwrap();
+    let text = String::from_utf8(plan.bytes_within("data_plan", 1 << 20).unwrap()).unwrap();
+    let altered = text.replace(&a.to_string(), &b.to_string());
+    assert_ne!(altered, text, "the forgery changes the signed bytes");
+    forged["data_plan"] =
+        serde_json::to_value(SignedDocument::new(altered.as_bytes(), &plan.signature)).unwrap();
     hub.put_desired_unplanned(host, &forged).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(stand_in.routes(0), want, "the hub moved nothing");
@@ -247,7 +254,8 @@ async fn an_unready_replica_is_restarted_and_the_report_says_so() {
         &config_file,
         &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
     )
-    .await;
+    .await
+    .unwrap();
     append_config(
         &files,
         &stand_in.agent_config(
@@ -339,7 +347,8 @@ async fn sealed_credentials_reach_the_tunnel_and_a_hub_cannot_swap_them() {
         &config_file,
         &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
     )
-    .await;
+    .await
+    .unwrap();
     append_config(
         &files,
         &stand_in.agent_config(
@@ -504,7 +513,9 @@ async fn a_guest_restored_elsewhere_keeps_its_hostname_at_its_new_address() {
     let credentials = dir.path().join("credentials.json");
     initial_config(&config_file, &credentials);
     let stand_in =
-        cloudflared::StandIn::start(dir.path(), &config_file, &["bosun-tunnel@a.service"]).await;
+        cloudflared::StandIn::start(dir.path(), &config_file, &["bosun-tunnel@a.service"])
+            .await
+            .unwrap();
     append_config(
         &files,
         &stand_in.agent_config(

@@ -31,6 +31,7 @@ fn bin_dir() -> PathBuf {
         "bosun-agentd",
         "bosun-agentctl",
         "bosun-pvesim",
+        "bosun-cloudflared-sim",
     ] {
         assert!(
             dir.join(name).is_file(),
@@ -57,7 +58,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         run_demo(Scenario::Full, Duration::from_secs(240));
     let out = dir.path().join("demo-out");
     // Without the root helper no golden archive can be hashed: the demo says so at once.
-    // 28 steps (about 115 s on two idle cores, more while the machine builds) and the 8 s
+    // 29 steps (about 125 s on two idle cores, more while the machine builds) and the 8 s
     // the kept hub is watched.
     if !passed_as_root(&result, (took, Duration::from_secs(200)), &transcript) {
         return;
@@ -488,8 +489,71 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{step28}"
     );
 
+    // The tunnel, managed: the signed route written as one ingress rule to alpha's address on
+    // the bridge with the catch-all last, the sealed credentials beside it (both 0640), read
+    // by both replicas of the stand-in, restarted one at a time; the report, `status` and
+    // `hosts show` carry its health and version; a hung replica is restarted after 3 failed
+    // probes, the other left alone; a hub's forged route is refused and changes nothing.
+    let tunnel = outcome.tunnel.clone().expect("the tunnel step ran");
+    let service = tunnel.service.clone();
+    assert!(
+        service.starts_with("http://") && service.ends_with(":80"),
+        "{tunnel:?}"
+    );
+    assert_eq!(
+        tunnel.ingress,
+        [
+            (Some("alpha.demo.example".to_owned()), service.clone()),
+            (None, "http_status:404".to_owned()),
+        ],
+        "{tunnel:?}"
+    );
+    assert_eq!(tunnel.modes, (0o640, 0o640), "{tunnel:?}");
+    let tunnel_id = "6ff42ae2-765d-4adf-8112-31c55c1551ef".to_owned();
+    assert_eq!(
+        tunnel.credentials,
+        [Some(tunnel_id.clone()), Some(tunnel_id)],
+        "{tunnel:?}"
+    );
+    assert_eq!(tunnel.all_down_samples, 0, "never without a ready replica");
+    let version = bosun_pvesim::cloudflared::VERSION;
+    assert_eq!(
+        tunnel.reported,
+        (1, Some(8), Some(version.to_owned())),
+        "{tunnel:?}"
+    );
+    for line in [&tunnel.lines.0, &tunnel.lines.1] {
+        assert!(
+            line.contains("ready, 1 route(s), 8 edge connection(s)")
+                && line.contains(&format!("cloudflared {version}")),
+            "{tunnel:?}"
+        );
+    }
+    assert!(tunnel.lines.1.starts_with("tunnel:"), "{tunnel:?}");
+    assert!(
+        tunnel.failure_to_restart_ms >= 400 && tunnel.failure_to_restart_ms < 5_000,
+        "restarted after 3 failed probes 200 ms apart: {tunnel:?}"
+    );
+    assert!(tunnel.failure_to_ready_ms >= tunnel.failure_to_restart_ms + 300);
+    assert_eq!(tunnel.other_restarted, 0, "{tunnel:?}");
+    assert!(tunnel.restarts.1 > tunnel.restarts.0, "{tunnel:?}");
+    // Refused for its signature: the forgery raised the serial past the operator's.
+    assert!(
+        tunnel.forged_refused.contains("data_plan.refused")
+            && tunnel.forged_refused.contains("does not match"),
+        "{tunnel:?}"
+    );
+    assert!(tunnel.forged_changed_nothing && !tunnel.secret_in_status);
+    let step29 = step_text(&transcript, 29);
+    assert!(
+        step29.contains("tunnel failure to restart ")
+            && step29.contains("service: http_status:404")
+            && step29.contains("$ bosunctl hosts show"),
+        "{step29}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 28;
+    let steps = 29;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(

@@ -31,6 +31,9 @@
 //! the node). A storage is activated as PVE activates it (`storage_config.rs`); backups and
 //! tasks are stamped by a clock tests may fix (`clock.rs`).
 //!
+//! Beside the node, `cloudflared/` stands in for the tunnel the agent manages (cloudflared is
+//! not installable here): the suites run it in process, the demo as `bosun-cloudflared-sim`.
+//!
 //! Tests start it with [`Simulator::start`] on a listener bound to `127.0.0.1:0` and read the
 //! [`Endpoint`] (URL, certificate fingerprint, tokens) from the returned [`SimHandle`].
 
@@ -42,6 +45,7 @@ mod archive;
 mod archive_files;
 mod cli;
 mod clock;
+pub mod cloudflared;
 mod cluster;
 pub mod config;
 mod damage;

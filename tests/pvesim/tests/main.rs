@@ -7,6 +7,7 @@
 mod common;
 
 mod binary;
+mod cloudflared_binary;
 mod cluster_resources;
 mod damaged_archives;
 mod envelope;
