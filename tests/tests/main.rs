@@ -94,6 +94,7 @@ mod pve_client_legacy;
 mod pve_client_ops;
 mod pve_conformance;
 mod pve_token_doc;
+mod suites_declared;
 mod systemd_units;
 mod update_gate;
 mod watchdog;
