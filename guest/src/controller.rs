@@ -135,11 +135,18 @@ impl ControllerLoop {
 
     /// Passes until `shutdown`, one per report interval. A failed pass is logged and retried
     /// after [`crate::backoff::Backoff`]'s delay, never more than the last report interval.
+    /// `shutdown` also ends a pass under way (a command it runs is killed; the digest file
+    /// is only written once a switch has succeeded), so a stop never waits out a command's
+    /// timeout.
     pub async fn run(&self, shutdown: &tokio_util::sync::CancellationToken) {
         let mut backoff = Backoff::new("controller pass");
         let mut interval = Duration::from_secs(30);
         loop {
-            let wait = match self.run_once().await {
+            let pass = tokio::select! {
+                pass = self.run_once() => pass,
+                () = shutdown.cancelled() => return,
+            };
+            let wait = match pass {
                 Ok((outcome, next)) => {
                     tracing::debug!(?outcome, "controller pass");
                     backoff.succeeded();

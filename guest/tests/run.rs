@@ -164,8 +164,9 @@ impl ImageCommand {
         PathBuf::from(value)
     }
 
-    /// Starts it, with the quiesce poll and pass fast and the restore check under `root`.
-    fn spawn(&self, root: &Path) -> tokio::process::Child {
+    /// Starts it, with the quiesce poll and pass fast and the restore check under `root`,
+    /// and `extra` after `run`'s own arguments.
+    fn spawn(&self, root: &Path, extra: &[&str]) -> tokio::process::Child {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_bosun-guest"));
         command
             .env_clear()
@@ -177,6 +178,7 @@ impl ImageCommand {
             .arg(root.join("etc/bosun/restore-check"))
             .args(&self.args)
             .args(["--interval-s", "1"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -343,7 +345,7 @@ async fn one_process_reports_the_signed_digest_and_quiesces_the_apps() {
     );
     h.policy.send_replace(Some(daily_policy("hourly", 10)));
 
-    let mut child = command.spawn(&root);
+    let mut child = command.spawn(&root, &[]);
     let healthy_since = h.controllers.seq();
     wait_until("a healthy report of the signed digest", &mut child, || {
         h.controllers
@@ -396,7 +398,7 @@ async fn one_process_reports_the_signed_digest_and_quiesces_the_apps() {
             op_id: None,
         },
     );
-    let mut child = command.spawn(&root);
+    let mut child = command.spawn(&root, &[]);
     wait_until(
         "an unhealthy report of the rollout's digest",
         &mut child,
@@ -411,6 +413,34 @@ async fn one_process_reports_the_signed_digest_and_quiesces_the_apps() {
     assert!(status.success(), "{status}: {stderr}");
     assert_eq!(std::fs::read_to_string(&state).unwrap().trim(), signed);
     assert_eq!(log().len(), 4, "nothing was due: no app stopped again");
+
+    // A SIGTERM while the health check runs ends the process at once, not after the check.
+    h.controllers.announce(
+        &guest.guest_id,
+        guest.vmid,
+        Announced {
+            digest: Some(signed.clone()),
+            state: ControllerState::Running,
+            op_id: None,
+        },
+    );
+    let sleeping = app_dir.join("health-check-ran");
+    let health = serde_json::json!([
+        "/bin/sh",
+        "-c",
+        format!("touch '{}' && exec sleep 120", sleeping.display())
+    ])
+    .to_string();
+    let mut child = command.spawn(&root, &["--health", &health]);
+    wait_until("the health check running", &mut child, || sleeping.exists()).await;
+    let begun = Instant::now();
+    let (status, stderr) = terminate(child).await;
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "stopped {:?} after SIGTERM",
+        begun.elapsed()
+    );
     h.shutdown().await;
 }
 
