@@ -6,9 +6,11 @@
 //! shows which controller delta should run (`controller_expected`) beside what it says it runs
 //! (`controller_digest`).
 //!
-//! Delta's controller is `bosun-guest controller`, started by the demo as the guest's systemd
-//! would start it: told the signed digest by the local API, it activates it and reports
-//! healthy every second. Then it crashes (SIGKILL). The agent's heal task restarts it in place
+//! Delta's controller is `bosun-guest run`, the controller image's entry point (decision 0088),
+//! started by the demo as the guest's systemd would start it: one process that quiesces
+//! delta's apps around a due backup and, having no switch command, adopts the signed digest its
+//! record names at its first start and reports it healthy every second. Then it crashes
+//! (SIGKILL). The agent's heal task restarts it in place
 //! after `heal_after` (2.5 s here) through the helper's `restart_controller` (`pct exec …
 //! systemctl restart bosun-bootstrap.service`, counted by the simulated guest); the demo, as
 //! the guest's systemd, starts it again, it reports healthy, and the hub's audit trail holds
@@ -68,22 +70,26 @@ fn delta_report(fleet: &FleetStatus, guest: Uuid) -> Option<&GuestReport> {
         .find(|g| g.guest_id == Some(guest))
 }
 
-/// `bosun-guest controller`'s arguments for delta, `--once` or not.
+/// `bosun-guest`'s arguments for delta: `run` as the controller image runs it (its state in
+/// `state`'s directory), or one `controller --once` pass with the same digest file.
 fn controller_args(boot: &Path, state: &Path, once: bool) -> Vec<String> {
-    let mut args = vec![
-        "--bootstrap".to_owned(),
-        boot.display().to_string(),
-        "controller".to_owned(),
-        "--activate".to_owned(),
-        r#"["true"]"#.to_owned(),
-        "--state".to_owned(),
-        state.display().to_string(),
-        "--command-timeout-s".to_owned(),
-        "10".to_owned(),
-    ];
-    if once {
-        args.push("--once".to_owned());
+    let dir = state.parent().unwrap_or(state);
+    let mut args = vec!["--bootstrap".to_owned(), boot.display().to_string()];
+    for (flag, file) in [
+        ("--marker", "quiesce.marker"),
+        ("--checksums", "restore-check.sha256"),
+        ("--restore-check", "restore-check"),
+    ] {
+        args.push(flag.to_owned());
+        args.push(dir.join(file).display().to_string());
     }
+    if once {
+        args.extend(["controller", "--once", "--activate", r#"["true"]"#].map(str::to_owned));
+    } else {
+        args.push("run".to_owned());
+    }
+    args.push("--state".to_owned());
+    args.push(state.display().to_string());
     args
 }
 
@@ -311,7 +317,7 @@ pub(super) async fn managed_controller(
     let boot = guest_steps::bootstrap(sim, out, vmid).await?;
     let state = out.join(format!("guests/{vmid}/controller.digest"));
     start_controller(children, (bins, out), &boot.path, &state)?;
-    n.detail("delta's systemd starts bosun-guest controller: the local API names the signed digest; it activates it and reports healthy every second");
+    n.detail("delta's systemd starts bosun-guest run (the controller image's entry point): the local API names the signed digest; it adopts it and reports healthy every second, and quiesces delta around a due backup");
     let fleet = converge(
         children,
         client,
@@ -361,7 +367,8 @@ pub(super) async fn managed_controller(
         "agent (heal task, silent past heal_after 2.5 s) → helper restart_controller → pct exec {vmid} -- systemctl restart bosun-bootstrap.service   ({} ms after the crash)",
         outcome.crash_to_restart_ms
     ));
-    // The guest's systemd runs the controller again: its first pass reports healthy.
+    // The guest's systemd runs the controller again: its first pass (one `controller --once`
+    // pass with the same digest file, timed) reports healthy, then `run` goes on.
     let args = controller_args(&boot.path, &state, true);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     stack::run_captured(&stack::program(bins, "bosun-guest")?, &args, &[], None).await?;

@@ -12,17 +12,33 @@
 //!
 //! A failed activation is reported unhealthy for the new digest at once, so the agent rolls
 //! the guest back without waiting out its window.
+//!
+//! A controller with no switch command (`activate` empty: the controller image
+//! `scripts/controller-image` builds, which cannot replace its own container) runs the image
+//! it was baked into. At its first start it adopts the digest its record names unless a
+//! rollout is under way: that record is the golden recipe's signed digest, and the helper baked
+//! the image only from an archive hashing to it (decision 0088). A rollout to another digest
+//! it reports unhealthy at once, so the agent rolls the guest back rather than wait.
+//!
+//! [`ControllerLoop::run`] never gives up: a failed pass (the local API unreachable, an
+//! answer it cannot use) is logged and retried after a doubling delay, from one second up to
+//! the report interval.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::client::{ClientError, LocalApiClient};
 use crate::hooks::{self, HookError};
+
+/// What a controller without a switch command says of a rollout's digest.
+const NO_SWITCH: &str = "this controller has no switch command (a controller image); it keeps running the digest it was baked as";
 
 /// How the loop runs.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
-    /// Switches to a digest, given as its last argument.
+    /// Switches to a digest, given as its last argument. Empty: this controller cannot
+    /// switch; it adopts its record's digest at its first start and refuses a rollout.
     pub activate: Vec<String>,
     /// Judges the running controller (exit 0: healthy); none: healthy while activated.
     pub health: Option<Vec<String>>,
@@ -39,6 +55,9 @@ pub enum PassOutcome {
     Unmanaged,
     /// Switched to the digest and reported it healthy.
     Activated(String),
+    /// Took the digest its record names as the one it runs (no switch command, first start)
+    /// and reported it healthy.
+    Adopted(String),
     /// Switching to the digest failed; reported unhealthy (the agent rolls back).
     ActivationFailed(String),
     /// Reported the running digest, healthy or not.
@@ -109,23 +128,32 @@ impl ControllerLoop {
     pub async fn run_once(&self) -> Result<(PassOutcome, Duration), ControllerError> {
         let desired = self.client.desired_controller().await?;
         let next = Duration::from_secs(desired.report_interval_s.clamp(1, 600));
-        self.pass(desired.digest)
+        self.pass(desired.digest, desired.status == "rolling_out")
             .await
             .map(|outcome| (outcome, next))
     }
 
-    /// Passes until `shutdown`, one per report interval (a failed pass is logged and retried).
+    /// Passes until `shutdown`, one per report interval. A failed pass is logged and retried
+    /// after [`crate::backoff::Backoff`]'s delay, never more than the last report interval.
+    /// `shutdown` also ends a pass under way (a command it runs is killed; the digest file
+    /// is only written once a switch has succeeded), so a stop never waits out a command's
+    /// timeout.
     pub async fn run(&self, shutdown: &tokio_util::sync::CancellationToken) {
+        let mut backoff = Backoff::new("controller pass");
+        let mut interval = Duration::from_secs(30);
         loop {
-            let wait = match self.run_once().await {
+            let pass = tokio::select! {
+                pass = self.run_once() => pass,
+                () = shutdown.cancelled() => return,
+            };
+            let wait = match pass {
                 Ok((outcome, next)) => {
                     tracing::debug!(?outcome, "controller pass");
+                    backoff.succeeded();
+                    interval = next;
                     next
                 }
-                Err(e) => {
-                    tracing::warn!(error = %bosun_errchain::error_chain(&e), "controller pass failed");
-                    Duration::from_secs(5)
-                }
+                Err(e) => backoff.failed(&e).min(interval),
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
@@ -134,7 +162,11 @@ impl ControllerLoop {
         }
     }
 
-    async fn pass(&self, desired: Option<String>) -> Result<PassOutcome, ControllerError> {
+    async fn pass(
+        &self,
+        desired: Option<String>,
+        rolling_out: bool,
+    ) -> Result<PassOutcome, ControllerError> {
         let running = self.running();
         if let Some(digest) = desired.filter(|d| Some(d) != running.as_ref()) {
             if !bosun_proto::controller::is_image_digest(&digest) {
@@ -142,28 +174,24 @@ impl ControllerLoop {
                     digest: digest.chars().take(80).collect(),
                 });
             }
-            let mut argv = self.config.activate.clone();
-            argv.push(digest.clone());
-            return match hooks::run("controller", "activate", &argv, self.config.command_timeout)
-                .await
-            {
-                Ok(()) => {
-                    self.record(&digest)?;
-                    tracing::info!(digest = %digest, "controller switched");
-                    self.client
-                        .report_controller_health(&digest, true, Some("activated"))
-                        .await?;
-                    Ok(PassOutcome::Activated(digest))
-                }
-                Err(e) => {
-                    let detail = hook_detail(&e);
-                    tracing::warn!(digest = %digest, error = %detail, "switching the controller failed");
-                    self.client
-                        .report_controller_health(&digest, false, Some(&detail))
-                        .await?;
-                    Ok(PassOutcome::ActivationFailed(digest))
-                }
-            };
+            if !self.config.activate.is_empty() {
+                return self.switch(digest).await;
+            }
+            if running.is_none() && !rolling_out {
+                self.record(&digest)?;
+                tracing::info!(digest = %digest, "controller adopted the digest its record names");
+                self.client
+                    .report_controller_health(&digest, true, Some("adopted at first start"))
+                    .await?;
+                return Ok(PassOutcome::Adopted(digest));
+            }
+            if rolling_out {
+                tracing::warn!(digest = %digest, "a rollout asks for another image, and this controller cannot switch");
+                self.client
+                    .report_controller_health(&digest, false, Some(NO_SWITCH))
+                    .await?;
+                return Ok(PassOutcome::ActivationFailed(digest));
+            }
         }
         let Some(digest) = running else {
             return Ok(PassOutcome::Unmanaged);
@@ -181,6 +209,30 @@ impl ControllerLoop {
             .report_controller_health(&digest, healthy, detail.as_deref())
             .await?;
         Ok(PassOutcome::Reported { digest, healthy })
+    }
+
+    /// Runs the switch command for `digest` and reports the outcome.
+    async fn switch(&self, digest: String) -> Result<PassOutcome, ControllerError> {
+        let mut argv = self.config.activate.clone();
+        argv.push(digest.clone());
+        match hooks::run("controller", "activate", &argv, self.config.command_timeout).await {
+            Ok(()) => {
+                self.record(&digest)?;
+                tracing::info!(digest = %digest, "controller switched");
+                self.client
+                    .report_controller_health(&digest, true, Some("activated"))
+                    .await?;
+                Ok(PassOutcome::Activated(digest))
+            }
+            Err(e) => {
+                let detail = hook_detail(&e);
+                tracing::warn!(digest = %digest, error = %detail, "switching the controller failed");
+                self.client
+                    .report_controller_health(&digest, false, Some(&detail))
+                    .await?;
+                Ok(PassOutcome::ActivationFailed(digest))
+            }
+        }
     }
 }
 

@@ -12,10 +12,14 @@
 //!   next start restart what a crash left stopped.
 //! - [`controller`] is the controller's side of a rollout: switch to the digest the agent
 //!   names (an operator-signed choice) and report health, so a bad image is rolled back.
+//! - [`service`] is `bosun-guest run`, the controller image's one process: the quiesce loop
+//!   and the controller loop side by side until one shutdown, each retrying a failed pass
+//!   after [`backoff`]'s delay.
 //! - [`restore_check`] is the guest's own restore check: written while the apps are stopped
 //!   for a backup (checksums of their data and a script that verifies them), removed when they
 //!   run again, run by Bosun's restore test inside a restored copy of the guest.
 
+pub mod backoff;
 pub mod bootstrap;
 pub mod client;
 pub mod controller;
@@ -23,6 +27,7 @@ pub mod hooks;
 pub mod marker;
 pub mod quiesce;
 pub mod restore_check;
+pub mod service;
 
 pub use bootstrap::{BootstrapError, load_bootstrap};
 pub use client::{ClientError, LocalApiClient};
@@ -31,3 +36,4 @@ pub use hooks::{App, HookError};
 pub use marker::{Marker, MarkerError};
 pub use quiesce::{QuiesceConfig, QuiesceError, QuiesceOutcome, Quiescer};
 pub use restore_check::{RestoreCheck, RestoreCheckError};
+pub use service::Service;

@@ -1,4 +1,5 @@
-//! `bosun-guest`: run the crash-safe quiesce loop against the agent's local API.
+//! `bosun-guest`: the crash-safe quiesce loop and the controller's side of rollouts against
+//! the agent's local API; `run` is both in one process (the controller image's entry point).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bosun_guest::{
     App, ControllerConfig, ControllerLoop, LocalApiClient, QuiesceConfig, QuiesceOutcome, Quiescer,
-    load_bootstrap,
+    Service, load_bootstrap,
 };
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -63,18 +64,25 @@ enum Command {
         /// The switch command as a JSON argv; the digest is appended as its last argument.
         #[arg(long)]
         activate: String,
-        /// The health check as a JSON argv (exit 0: healthy); none: healthy once activated.
-        #[arg(long)]
-        health: Option<String>,
-        /// Where the digest running is kept (on the guest's root filesystem).
-        #[arg(long, default_value = "/var/lib/bosun-guest/controller.digest")]
-        state: PathBuf,
-        /// The longest either command may take, in seconds.
-        #[arg(long, default_value_t = 300)]
-        command_timeout_s: u64,
+        #[command(flatten)]
+        rollouts: RolloutArgs,
         /// One pass, then exit.
         #[arg(long)]
         once: bool,
+    },
+    /// The controller: the quiesce watch and the controller's side of rollouts in one process
+    /// until SIGTERM or Ctrl-C (the controller image's entry point and the packaged unit's).
+    Run {
+        /// Seconds between quiesce passes.
+        #[arg(long, default_value_t = 60)]
+        interval_s: u64,
+        /// The switch command as a JSON argv (the digest appended); none: this controller
+        /// cannot switch, adopts the digest its record names at its first start and reports
+        /// a rollout to another one unhealthy.
+        #[arg(long)]
+        activate: Option<String>,
+        #[command(flatten)]
+        rollouts: RolloutArgs,
     },
     /// Print the shell completion script (the package installs it).
     #[command(hide = true)]
@@ -84,16 +92,55 @@ enum Command {
     Man(bosun_clidoc::ManArgs),
 }
 
+/// The controller loop's options shared by `controller` and `run`.
+#[derive(Debug, clap::Args)]
+struct RolloutArgs {
+    /// The health check as a JSON argv (exit 0: healthy); none: healthy once activated.
+    #[arg(long)]
+    health: Option<String>,
+    /// Where the digest running is kept (on the guest's root filesystem).
+    #[arg(long, default_value = "/var/lib/bosun-guest/controller.digest")]
+    state: PathBuf,
+    /// The longest either command may take, in seconds.
+    #[arg(long, default_value_t = 300)]
+    command_timeout_s: u64,
+}
+
+impl RolloutArgs {
+    /// The loop's configuration, with `activate` (a JSON argv) when given.
+    fn config(&self, activate: Option<&str>) -> anyhow::Result<ControllerConfig> {
+        let argv = |text: &str, what: &str| -> anyhow::Result<Vec<String>> {
+            let argv: Vec<String> = serde_json::from_str(text)
+                .with_context(|| format!("--{what} must be a JSON array of strings"))?;
+            anyhow::ensure!(!argv.is_empty(), "--{what} names no program");
+            Ok(argv)
+        };
+        Ok(ControllerConfig {
+            activate: activate
+                .map(|a| argv(a, "activate"))
+                .transpose()?
+                .unwrap_or_default(),
+            health: self
+                .health
+                .as_deref()
+                .map(|h| argv(h, "health"))
+                .transpose()?,
+            state_file: self.state.clone(),
+            command_timeout: Duration::from_secs(self.command_timeout_s),
+        })
+    }
+}
+
 /// What the man pages say besides the options.
 const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
     exit_status: &[
         (
             0,
-            "done (watch and controller: stopped by SIGTERM or Ctrl-C)",
+            "done (run, watch and controller: stopped by SIGTERM or Ctrl-C)",
         ),
         (
             1,
-            "the bootstrap, the apps file or an option is invalid, or a pass failed",
+            "the bootstrap, the apps file or an option is invalid, or a single pass failed (run, watch and controller retry a failed pass and never exit on one)",
         ),
     ],
     environment: &[
@@ -122,8 +169,8 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
         "bosun-guest",
         &[
             (
-                "bosun-guest --apps /etc/bosun-guest/apps.json watch",
-                "back up quiesced whenever the agent says a backup is due",
+                "bosun-guest --apps /etc/bosun-guest/apps.json run",
+                "back up quiesced whenever the agent says a backup is due and report the controller's health",
             ),
             (
                 "bosun-guest recover",
@@ -193,52 +240,42 @@ async fn run(args: Args) -> anyhow::Result<()> {
             shutdown.cancel();
         });
     }
-    if let Command::Controller {
-        activate,
-        health,
-        state,
-        command_timeout_s,
-        once,
-    } = &args.command
-    {
-        let argv = |text: &str, what: &str| -> anyhow::Result<Vec<String>> {
-            let argv: Vec<String> = serde_json::from_str(text)
-                .with_context(|| format!("--{what} must be a JSON array of strings"))?;
-            anyhow::ensure!(!argv.is_empty(), "--{what} names no program");
-            Ok(argv)
-        };
-        let config = ControllerConfig {
-            activate: argv(activate, "activate")?,
-            health: health.as_deref().map(|h| argv(h, "health")).transpose()?,
-            state_file: state.clone(),
-            command_timeout: Duration::from_secs(*command_timeout_s),
-        };
-        let controller = ControllerLoop::new(client.clone(), config);
-        if *once {
-            let (outcome, _) = controller.run_once().await?;
-            println!("{outcome:?}");
-        } else {
-            controller.run(&shutdown).await;
-        }
-        return Ok(());
-    }
     match args.command {
-        Command::Controller { .. } | Command::Completions(_) | Command::Man(_) => {}
+        Command::Completions(_) | Command::Man(_) => {}
+        Command::Controller {
+            activate,
+            rollouts,
+            once,
+        } => {
+            let controller = ControllerLoop::new(client, rollouts.config(Some(&activate))?);
+            if once {
+                let (outcome, _) = controller.run_once().await?;
+                println!("{outcome:?}");
+            } else {
+                controller.run(&shutdown).await;
+            }
+        }
+        Command::Run {
+            interval_s,
+            activate,
+            rollouts,
+        } => {
+            let service = Service {
+                controller: ControllerLoop::new(client, rollouts.config(activate.as_deref())?),
+                quiescer,
+                watch_interval: Duration::from_secs(interval_s),
+            };
+            service.run(&shutdown).await;
+        }
         Command::Recover => {
             let restarted = quiescer.recover().await?;
             println!("restarted: {restarted:?}");
         }
         Command::Once => report(quiescer.run_once(&shutdown).await?),
-        Command::Watch { interval_s } => loop {
-            match quiescer.run_once(&shutdown).await {
-                Ok(outcome) => report(outcome),
-                Err(e) => tracing::error!(error = %format!("{e:#}"), "quiesce pass failed"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_secs(interval_s)) => {}
-                () = shutdown.cancelled() => break,
-            }
-        },
+        Command::Watch { interval_s } => {
+            bosun_guest::service::watch(&quiescer, Duration::from_secs(interval_s), &shutdown)
+                .await;
+        }
     }
     Ok(())
 }

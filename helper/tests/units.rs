@@ -204,7 +204,7 @@ fn the_guest_controller_unit_verifies_and_is_sandboxed() {
     );
     assert_eq!(
         settings(&text, "ExecStart"),
-        ["/usr/bin/bosun-guest --apps /etc/bosun-guest/apps.json watch"]
+        ["/usr/bin/bosun-guest --apps /etc/bosun-guest/apps.json run"]
     );
     for (key, value) in [
         ("StateDirectory", "bosun-guest"),

@@ -37,6 +37,7 @@ pub fn installed_state() -> Result<()> {
         ("/usr/share/doc/bosun-guest/examples/apps.json", 0o644),
         ("/usr/share/man/man1/bosun-guest.1.gz", 0o644),
         ("/usr/share/man/man1/bosun-guest-watch.1.gz", 0o644),
+        ("/usr/share/man/man1/bosun-guest-run.1.gz", 0o644),
         ("/usr/share/bash-completion/completions/bosun-guest", 0o644),
         ("/usr/share/zsh/vendor-completions/_bosun-guest", 0o644),
         (
@@ -162,7 +163,13 @@ pub fn controller_image_from_the_package(deb: &Path, work: &Path) -> Result<()> 
     );
     ensure!(
         config["config"]["Entrypoint"] == serde_json::json!(["/usr/bin/bosun-guest"])
-            && config["config"]["Cmd"].as_array().and_then(|c| c.last()) == Some(&"watch".into())
+            && config["config"]["Cmd"].as_array().is_some_and(|c| {
+                c.ends_with(&[
+                    "run".into(),
+                    "--state".into(),
+                    "/var/lib/bosun-controller/controller.digest".into(),
+                ])
+            })
             && config["config"]["Env"]
                 .as_array()
                 .is_some_and(|env| env.iter().any(|e| {
@@ -171,7 +178,7 @@ pub fn controller_image_from_the_package(deb: &Path, work: &Path) -> Result<()> 
                         bosun_proto::helper::GUEST_BOOTSTRAP_PATH
                     ))
                 })),
-        "the image runs bosun-guest watch with the bootstrap the golden unit names: {config}"
+        "the image runs bosun-guest run (quiesce watch and rollouts) with the bootstrap the golden unit names: {config}"
     );
     let root = work.join("rootfs");
     std::fs::create_dir(&root)?;
