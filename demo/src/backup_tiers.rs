@@ -469,12 +469,10 @@ pub(super) async fn offsite_pbs(
     let secret_file = out.join("operator/pbs-password");
     stack::write(&secret_file, &format!("{password}\n"))?;
     let secret_arg = secret_file.display().to_string();
-    let sealed = stack::ctl_text(
+    let sealed = stack::seal(
         bins,
         out,
         &[
-            "secret",
-            "seal",
             "--host",
             host_arg,
             "--type",
@@ -484,13 +482,9 @@ pub(super) async fn offsite_pbs(
             "--file",
             &secret_arg,
         ],
+        &password,
     )
     .await?;
-    let sealed = sealed.trim().to_owned();
-    check(
-        sealed.starts_with("-----BEGIN AGE ENCRYPTED FILE-----") && !sealed.contains(&password),
-        || format!("`bosunctl secret seal` printed {sealed:?}"),
-    )?;
     n.detail("$ bosunctl secret seal --host … --type pbs --durable-id … --file pbs-password   (age, to the host's recipient, bound to this target: the hub forwards what it cannot open or move)");
     Ok(sealed)
 }

@@ -139,6 +139,28 @@ pub async fn ctl_text(bins: &Path, out: &Path, args: &[&str]) -> Result<String, 
     run_captured(&program(bins, "bosunctl")?, &full, &[], None).await
 }
 
+/// Seals a secret file to a host with `bosunctl secret seal ARGS…`; gives the armored text,
+/// checked to be age's armor and not to hold `secret` in the clear.
+pub async fn seal(
+    bins: &Path,
+    out: &Path,
+    args: &[&str],
+    secret: &str,
+) -> Result<String, DemoError> {
+    let mut full = vec!["secret", "seal"];
+    full.extend_from_slice(args);
+    let sealed = ctl_text(bins, out, &full).await?;
+    let sealed = sealed.trim().to_owned();
+    if sealed.starts_with("-----BEGIN AGE ENCRYPTED FILE-----") && !sealed.contains(secret) {
+        Ok(sealed)
+    } else {
+        Err(DemoError::Check(format!(
+            "`bosunctl secret seal {}` printed {sealed:?}",
+            args.join(" ")
+        )))
+    }
+}
+
 /// Runs `bosunctl` like [`ctl`] for a command that must report a refusal: exit 11
 /// (`NOT_APPLIED`, the diff of a host that refuses part of desired state); gives its JSON.
 pub async fn ctl_refused(bins: &Path, out: &Path, args: &[&str]) -> Result<Value, DemoError> {
