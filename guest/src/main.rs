@@ -30,11 +30,11 @@ struct Args {
     /// The quiesce marker (persistent storage).
     #[arg(long, default_value = "/var/lib/bosun-guest/quiesce.marker")]
     marker: PathBuf,
-    /// The longest the apps stay stopped, in seconds.
-    #[arg(long, default_value_t = 600)]
+    /// The longest the apps stay stopped, in seconds (1 to 86400).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=MAX_INTERVAL_S))]
     max_quiesce_s: u64,
-    /// Status poll interval, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Status poll interval, in milliseconds (10 to 60000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     poll_ms: u64,
     /// The restore check written while the apps are stopped (when an app names `data`).
     #[arg(long, default_value = bosun_guest::restore_check::RESTORE_CHECK_PATH)]
@@ -46,6 +46,10 @@ struct Args {
     command: Command,
 }
 
+/// The longest pause between two quiesce passes, and the longest quiesce: a day (none
+/// shorter than a second, so a mistyped `0` cannot spin on the local API).
+const MAX_INTERVAL_S: u64 = 86_400;
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Restart whatever an interrupted pass left stopped.
@@ -54,8 +58,8 @@ enum Command {
     Once,
     /// Passes forever, every `interval_s` seconds.
     Watch {
-        /// Seconds between passes.
-        #[arg(long, default_value_t = 60)]
+        /// Seconds between passes (1 to 86400).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_INTERVAL_S))]
         interval_s: u64,
     },
     /// Run the controller's side of rollouts: switch to the digest the agent names, report
@@ -73,8 +77,8 @@ enum Command {
     /// The controller: the quiesce watch and the controller's side of rollouts in one process
     /// until SIGTERM or Ctrl-C (the controller image's entry point and the packaged unit's).
     Run {
-        /// Seconds between quiesce passes.
-        #[arg(long, default_value_t = 60)]
+        /// Seconds between quiesce passes (1 to 86400).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_INTERVAL_S))]
         interval_s: u64,
         /// The switch command as a JSON argv (the digest appended); none: this controller
         /// cannot switch, adopts the digest its record names at its first start and reports

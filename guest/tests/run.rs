@@ -525,3 +525,29 @@ async fn a_missing_bootstrap_is_an_exit_naming_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_pause_of_zero_or_over_a_day_is_a_usage_error() {
+    for (flag, bad) in [("--poll-ms", "0"), ("--max-quiesce-s", "0")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bosun-guest"))
+            .args([flag, bad, "once"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {bad}: {stderr}");
+        assert!(stderr.contains(flag), "{flag} {bad}: {stderr}");
+    }
+    for command in ["run", "watch"] {
+        for bad in ["0", "86401"] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_bosun-guest"))
+                .args([command, "--interval-s", bad])
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command} {bad}: {stderr}");
+            assert!(stderr.contains("--interval-s"), "{command} {bad}: {stderr}");
+        }
+    }
+}
