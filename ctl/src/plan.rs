@@ -40,6 +40,9 @@ pub struct PlanFile {
     /// The tunnel and its routes: which public hostname reaches which guest (decision 0082).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<bosun_proto::tunnel::PlanTunnel>,
+    /// Bulk volumes' own backups (decision 0090).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bulk_backups: Vec<bosun_proto::data_plan::PlanBulkBackup>,
 }
 
 /// `bosunctl policy sign-plan`.
@@ -87,6 +90,7 @@ pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, 
         backup: file.backup,
         node_storages: file.node_storages,
         tunnel: file.tunnel,
+        bulk_backups: file.bulk_backups,
     };
     plan.validate().map_err(|e| CtlError::BadArgument {
         what: "--plan",
@@ -131,7 +135,43 @@ pub fn derived(
         // Desired state says nothing of the node's own storages: the operator adds them.
         node_storages: Vec::new(),
         tunnel: None,
+        bulk_backups: derived_bulk_backups(desired),
     }
+}
+
+/// One bulk backup per bulk volume whose desired decision names a directory target of role
+/// `vzdump-target`, on the first tier's schedule, keeping as many archives as its retention
+/// keeps last (at least one).
+fn derived_bulk_backups(
+    desired: &bosun_proto::desired::DesiredState,
+) -> Vec<bosun_proto::data_plan::PlanBulkBackup> {
+    use bosun_proto::desired::{BulkBackup, StorageRole, StorageType};
+    let policy = &desired.backup_policy;
+    let archivable = |id: &str| {
+        desired.storage.iter().any(|t| {
+            t.durable_id == id && t.role == StorageRole::VzdumpTarget && t.kind != StorageType::Pbs
+        })
+    };
+    desired
+        .guests
+        .iter()
+        .flat_map(|guest| guest.bulk_volumes.iter().map(move |v| (guest.guest_id, v)))
+        .filter_map(|(guest_id, volume)| match &volume.backup {
+            BulkBackup::Target { target } if archivable(target) => {
+                Some(bosun_proto::data_plan::PlanBulkBackup {
+                    guest_id,
+                    volume: volume.name.clone(),
+                    target: target.clone(),
+                    schedule: policy.schedule.clone(),
+                    keep_last: policy
+                        .retention
+                        .keep_last
+                        .clamp(1, bosun_proto::data_plan::MAX_BULK_KEEP),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Prints the plan a desired-state file describes.

@@ -27,6 +27,9 @@ use crate::desired::{
 use crate::retention::POLICY_NAMESPACE;
 use crate::validate::{self, ValidationError};
 
+mod bulk;
+pub use bulk::{MAX_BULK_BACKUPS, MAX_BULK_KEEP, PlanBulkBackup};
+
 /// Schema of [`DataPlan`].
 pub use crate::schema_ids::DATA_PLAN as PLAN_SCHEMA;
 
@@ -71,6 +74,10 @@ pub struct DataPlan {
     /// (decision 0082); absent: the agent writes no tunnel routes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<crate::tunnel::PlanTunnel>,
+    /// Bulk volumes' own backups: which volume is archived to which target, how often, how
+    /// many kept (decision 0090). A bulk volume no entry names is not backed up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bulk_backups: Vec<PlanBulkBackup>,
 }
 
 /// One of the node's own Proxmox storages and its speed class, as the operator signs it.
@@ -331,9 +338,17 @@ impl DataPlan {
             backup.target.as_deref(),
             &backup.further_tiers,
         )?;
+        bulk::validate(&self.bulk_backups, &self.targets)?;
         self.tunnel
             .as_ref()
             .map_or(Ok(()), |tunnel| tunnel.validate_at("tunnel"))
+    }
+
+    /// The bulk backup the plan names for `guest_id`'s volume `volume`, if any.
+    pub fn bulk_backup(&self, guest_id: Uuid, volume: &str) -> Option<&PlanBulkBackup> {
+        self.bulk_backups
+            .iter()
+            .find(|b| b.guest_id == guest_id && b.volume == volume)
     }
 
     fn validate_node_storages(&self) -> Result<(), ValidationError> {

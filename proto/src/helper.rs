@@ -15,9 +15,10 @@ mod types;
 mod unit;
 
 pub use types::{
-    AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, CheckSeconds, DiskGib,
-    DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex,
-    StorageId, TargetId, TemplateVolid, Vmid,
+    AgentVersion, ArchiveBytes, ArchiveName, ArchiveSeconds, BlockDevice, BootstrapDocument,
+    BridgeName, CheckSeconds, DiskGib, DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef,
+    InvalidArgument, KeepCount, MountIndex, Sha256Hex, StorageDir, StorageId, TargetId,
+    TemplateVolid, Vmid, VolumeName,
 };
 pub use unit::HelperUnit;
 
@@ -291,6 +292,36 @@ pub struct StageAgentUpdate {
     pub sha256: Sha256Hex,
 }
 
+/// The directory beneath a storage's path that holds bulk archives:
+/// `<storage path>/bosun-bulk/<guest id>/<volume>/`.
+pub const BULK_DIR: &str = "bosun-bulk";
+/// What a bulk archive's file name starts with; `<volume>-<YYYY_MM_DD-HH_MM_SS>.tar` follows.
+pub const BULK_ARCHIVE_PREFIX: &str = "bulk-";
+
+/// Arguments of `bulk_archive` (decision 0090).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkArchive {
+    /// The guest, admitted as every guest verb's is; its stamp must be bound to `guest_id`.
+    pub vmid: Vmid,
+    /// The guest id its stamp is bound to (a directory of the archive's path).
+    pub guest_id: uuid::Uuid,
+    /// The bulk volume (a directory of the archive's path, the start of its name).
+    pub volume: VolumeName,
+    /// Where the volume is mounted in the guest: the `mp=` of one of the guest's current
+    /// mount points, which leaves it out of vzdump (`backup=0`).
+    pub path: GuestPath,
+    /// The target storage's path, beneath one of the helper's backup roots; the archive is
+    /// written to `<storage_dir>/bosun-bulk/<guest_id>/<volume>/`.
+    pub storage_dir: StorageDir,
+    /// Archives of the volume kept there once this one is written; older ones are removed.
+    pub keep_last: KeepCount,
+    /// The most bytes the archive may have; more fails it.
+    pub max_bytes: ArchiveBytes,
+    /// How long it may take; longer fails it.
+    pub timeout_secs: ArchiveSeconds,
+}
+
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -330,6 +361,9 @@ pub enum Request {
     /// Copy the agent binary from the fixed inbox into the inactive slot, checking its
     /// SHA-256, record the trial and flip `current` to it.
     StageAgentUpdate(StageAgentUpdate),
+    /// `pct exec <vmid> -- tar` of one bulk volume, written to a file beneath a backup root
+    /// and the volume's oldest archives there removed past `keep_last` (decision 0090).
+    BulkArchive(BulkArchive),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -360,11 +394,13 @@ pub enum VerbName {
     BreakGlassClose,
     /// See [`Request::StageAgentUpdate`].
     StageAgentUpdate,
+    /// See [`Request::BulkArchive`].
+    BulkArchive,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 12] = [
+    pub const ALL: [VerbName; 13] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -377,6 +413,7 @@ impl VerbName {
         Self::BreakGlassOpen,
         Self::BreakGlassClose,
         Self::StageAgentUpdate,
+        Self::BulkArchive,
     ];
 
     /// The wire name.
@@ -394,6 +431,7 @@ impl VerbName {
             Self::BreakGlassOpen => "break_glass_open",
             Self::BreakGlassClose => "break_glass_close",
             Self::StageAgentUpdate => "stage_agent_update",
+            Self::BulkArchive => "bulk_archive",
         }
     }
 
@@ -425,6 +463,7 @@ impl Request {
             Self::BreakGlassOpen(_) => VerbName::BreakGlassOpen,
             Self::BreakGlassClose(_) => VerbName::BreakGlassClose,
             Self::StageAgentUpdate(_) => VerbName::StageAgentUpdate,
+            Self::BulkArchive(_) => VerbName::BulkArchive,
         }
     }
 }
@@ -568,6 +607,17 @@ pub enum Output {
         size: u64,
         /// The update was already staged by an earlier call: nothing was written.
         already_staged: bool,
+    },
+    /// `bulk_archive`
+    BulkArchived {
+        /// The archive's path.
+        archive: String,
+        /// SHA-256 of its bytes, lowercase hex.
+        sha256: String,
+        /// Its size in bytes.
+        size: u64,
+        /// The older archives of the volume removed to keep `keep_last`.
+        removed: u32,
     },
 }
 

@@ -138,6 +138,34 @@ pub struct BulkVolumeReport {
     pub refused: Option<PlacementRefusal>,
     /// Its own backup decision (the guest's vzdump never includes it).
     pub backup: BulkBackup,
+    /// The target the signed data plan archives it to (`durable_id`), when the plan names
+    /// one (decision 0090): the only target it is ever archived to. Absent: no archive is
+    /// taken, whatever `backup` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_target: Option<String>,
+    /// Its newest archive, once one was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archive: Option<BulkArchiveReport>,
+    /// Why the newest attempt to archive it failed, when it did (at most
+    /// [`crate::verify::MAX_DETAIL_CHARS`] characters, no control characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// One archive of a bulk volume (decision 0090).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BulkArchiveReport {
+    /// When it was written.
+    pub at: Timestamp,
+    /// The target it is on (`durable_id`).
+    pub target: String,
+    /// Its file name in the volume's directory on the target.
+    pub name: String,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+    /// SHA-256 of its bytes, lowercase hex.
+    pub sha256: String,
 }
 
 /// The signed data plan in force on a host (DESIGN §5).

@@ -57,6 +57,7 @@ fn plan() -> DataPlan {
         },
         node_storages: Vec::new(),
         tunnel: None,
+        bulk_backups: Vec::new(),
     }
 }
 

@@ -57,7 +57,7 @@ fn is_storage_id(storage: &str) -> bool {
 }
 
 /// Checks a volume's name: 1 to 32 of `[a-z0-9-]`.
-pub(super) fn check_name(name: &str, field: &dyn Fn() -> String) -> Result<(), ValidationError> {
+pub(crate) fn check_name(name: &str, field: &dyn Fn() -> String) -> Result<(), ValidationError> {
     let ok = !name.is_empty()
         && name.len() <= 32
         && name

@@ -316,6 +316,45 @@ string_newtype!(
     check_dump_dir
 );
 
+string_newtype!(
+    /// A directory storage's path as Proxmox's storage configuration names it (`path`): an
+    /// absolute path of plain components (no `.`, `..` or empty one), at most 1024 bytes.
+    StorageDir,
+    check_storage_dir
+);
+string_newtype!(
+    /// A bulk volume's name: 1 to 32 of `[a-z0-9-]`.
+    VolumeName,
+    check_volume_name
+);
+
+fn check_storage_dir(v: &str) -> Result<(), InvalidArgument> {
+    let plain = v.strip_prefix('/').is_some_and(|rest| {
+        rest.split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
+    });
+    if v.len() <= 1024 && plain {
+        Ok(())
+    } else {
+        Err(invalid(
+            "storage directory",
+            v,
+            "expected an absolute path of plain components",
+        ))
+    }
+}
+
+fn check_volume_name(v: &str) -> Result<(), InvalidArgument> {
+    let ok = (1..=32).contains(&v.len())
+        && v.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid("volume name", v, "expected 1 to 32 of [a-z0-9-]"))
+    }
+}
+
 fn check_dump_dir(v: &str) -> Result<(), InvalidArgument> {
     let plain = v.strip_prefix('/').is_some_and(|rest| {
         rest.split('/')
@@ -436,6 +475,30 @@ int_newtype!(
     "disk size (GiB)"
 );
 
+int_newtype!(
+    /// How many archives of a bulk volume are kept.
+    KeepCount,
+    u16,
+    1,
+    365,
+    "archives kept"
+);
+int_newtype!(
+    /// The most bytes one bulk archive may have: its volume's size (at most 64 TiB).
+    ArchiveBytes,
+    u64,
+    1,
+    70_368_744_177_664,
+    "archive size (bytes)"
+);
+int_newtype!(
+    /// How long one bulk archive may take, in seconds (at most a day).
+    ArchiveSeconds,
+    u32,
+    1,
+    86_400,
+    "archive time limit (s)"
+);
 int_newtype!(
     /// How long a guest's restore check may run, in seconds.
     CheckSeconds,

@@ -31,7 +31,8 @@ impl HelperUnit {
             VerbName::PushBootstrap
             | VerbName::RestartController
             | VerbName::ResetGuestIdentity
-            | VerbName::RestoreCheck => Self::Guest,
+            | VerbName::RestoreCheck
+            | VerbName::BulkArchive => Self::Guest,
             VerbName::BuildGolden => Self::Golden,
             VerbName::MountByUuid
             | VerbName::Unmount

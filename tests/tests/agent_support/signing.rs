@@ -244,6 +244,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
         },
         node_storages: Vec::new(),
         tunnel: None,
+        bulk_backups: Vec::new(),
     }
 }
 
@@ -268,6 +269,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
         },
         node_storages: Vec::new(),
         tunnel: None,
+        bulk_backups: Vec::new(),
     }
     .validate()
     .is_ok()

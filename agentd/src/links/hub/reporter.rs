@@ -354,6 +354,9 @@ fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
                 storage_id: target.map(|t| target_storage_id(t).as_str().to_owned()),
                 refused: placed.err(),
                 backup: volume.backup.clone(),
+                signed_target: None,
+                last_archive: None,
+                last_error: None,
             }
         })
         .collect()
