@@ -251,4 +251,46 @@ mod tests {
             "the host comes from --host, never from the file"
         );
     }
+
+    #[test]
+    fn derive_plan_names_each_bulk_volume_whose_decision_names_a_directory_backup_target() {
+        let guest = "5b0f9c62-3a0e-4c44-9d55-0a1b2c3d4e5f";
+        let desired: bosun_proto::desired::DesiredState =
+            serde_json::from_value(serde_json::json!({
+                "schema": "bosun.desired-state/v1",
+                "storage": [
+                    {"type": "local-dir", "durable_id": "/srv/bulk", "class": "slow",
+                     "role": "bulk-data", "policy": {"retention": {}}, "state": "attached"},
+                    {"type": "local-dir", "durable_id": "/srv/backup", "class": "slow",
+                     "role": "vzdump-target", "policy": {"retention": {}}, "state": "attached"}
+                ],
+                "backup_policy": {"schedule": "02:00", "retention": {"keep_last": 0}},
+                "restore_test_policy": {"enabled": false, "interval_days": 7, "timeout_minutes": 30},
+                "guests": [{
+                    "guest_id": guest, "hostname": "alpha",
+                    "customer": {"customer_id": "c1", "display_name": "C"},
+                    "resources": {"cores": 1, "memory_mib": 512, "rootfs_gib": 4},
+                    "power": "running",
+                    "golden": {
+                        "volid": "local:backup/vzdump-lxc-9000-2026_11_01-02_00_00.tar.zst",
+                        "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+                    },
+                    "bulk_volumes": [
+                        {"name": "media", "size_gib": 2, "path": "/srv/media", "class": "slow",
+                         "backup": {"kind": "target", "target": "/srv/backup"}},
+                        {"name": "cache", "size_gib": 2, "path": "/srv/cache", "class": "slow",
+                         "backup": {"kind": "none", "acknowledged_by": "ops"}}
+                    ]
+                }]
+            }))
+            .unwrap();
+        let file = derived(&desired, 4, 60);
+        assert_eq!(file.bulk_backups.len(), 1, "{:?}", file.bulk_backups);
+        let entry = &file.bulk_backups[0];
+        assert_eq!(entry.volume, "media");
+        assert_eq!(entry.target, "/srv/backup");
+        assert_eq!(entry.schedule, "02:00");
+        assert_eq!(entry.keep_last, 1, "at least one archive is kept");
+        plan_for(Uuid::from_u128(9), file, Timestamp::UNIX_EPOCH).expect("a valid plan");
+    }
 }

@@ -32,6 +32,7 @@ mod agent_backups;
 mod agent_bench;
 mod agent_break_glass;
 mod agent_break_glass_crash;
+mod agent_bulk_backups;
 mod agent_capabilities;
 mod agent_cluster;
 mod agent_controller;

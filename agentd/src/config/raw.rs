@@ -339,6 +339,8 @@ pub(super) struct RawBackup {
     pub(super) restore_test_minute_ms: Option<u64>,
     #[serde(default)]
     pub(super) verify_hour_ms: Option<u64>,
+    #[serde(default)]
+    pub(super) bulk_check_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -129,6 +129,12 @@ pub(super) fn backup(raw: &RawBackup) -> Result<BackupSettings, ConfigError> {
             1_000,
             3_600_000,
         )?),
+        bulk_check: Duration::from_millis(within(
+            "backup.bulk_check_ms",
+            raw.bulk_check_ms.unwrap_or(60_000),
+            1_000,
+            60_000,
+        )?),
     };
     if backup.storage.is_empty() {
         return Err(invalid("backup.storage", "must not be empty"));

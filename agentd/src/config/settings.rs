@@ -170,6 +170,9 @@ pub struct BackupSettings {
     pub restore_test_minute: Duration,
     /// How long one hour of the PBS verification interval lasts.
     pub verify_hour: Duration,
+    /// How often bulk volumes' archives are looked at (decision 0090); a failed one is tried
+    /// again after five times that.
+    pub bulk_check: Duration,
 }
 
 /// Where storage targets may live on this host.

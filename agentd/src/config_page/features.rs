@@ -80,6 +80,13 @@ pub(super) const BACKUP: ConfigTable = ConfigTable {
             "3600000",
             "One hour of the PBS verification interval (1000 to 3600000; tests shorten it).",
         ),
+        key(
+            "bulk_check_ms",
+            "integer (ms)",
+            "60000",
+            "60000",
+            "How often bulk volumes' archives are looked at (1000 to 60000); a failed one is tried again after five times that.",
+        ),
     ],
 };
 

@@ -346,6 +346,7 @@ async fn spawn_all(
     let restore_tests =
         spawn::restore_tester(&w, storage, &tiers, &host.prover, leftover.restore_tests);
     spawn_verifier(&w, Arc::clone(&host.storage_identity));
+    spawn_bulk(&w);
     let (endpoint, slots) = local_api::serve(
         &w,
         bound,
@@ -495,6 +496,36 @@ async fn consent_book(
         book.clone().follow_guests(guests, w.cancel.clone()),
     );
     book
+}
+
+/// The bulk volumes' archives (decision 0090), through the helper when there is one.
+fn spawn_bulk(w: &spawn::Wiring<'_>) {
+    let archiver: Arc<dyn crate::data::bulk::Archiver> = match w.helper() {
+        Some(helper) => Arc::new(helper),
+        None => Arc::new(crate::data::bulk::NoHelper),
+    };
+    let check = w.config.backup.bulk_check;
+    let scheduler = crate::data::bulk::BulkScheduler::new(
+        w.journal.clone(),
+        Arc::clone(w.clock),
+        w.desired.clone(),
+        Arc::new(crate::data::backup::scheduler::DesiredRunningGuests::new(
+            Arc::clone(w.pve),
+            w.journal.clone(),
+            w.desired.clone(),
+        )),
+        w.queue.clone(),
+        archiver,
+        crate::data::bulk::BulkConfig {
+            check_interval: check,
+            retry_after: check * 5,
+            archive_timeout: Duration::from_secs(86_400),
+            mount_root: w.config.backup.mount_root.clone(),
+            time_zone: jiff::tz::TimeZone::system(),
+        },
+    );
+    w.tasks
+        .spawn("bulk-archives", scheduler.run(w.cancel.clone()));
 }
 
 fn spawn_verifier(

@@ -66,7 +66,7 @@ pub(super) struct Wiring<'a> {
 }
 
 impl Wiring<'_> {
-    fn helper(&self) -> Option<HelperClient> {
+    pub(super) fn helper(&self) -> Option<HelperClient> {
         self.config.helper.clone().map(HelperClient::new)
     }
 }

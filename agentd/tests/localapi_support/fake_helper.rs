@@ -7,7 +7,8 @@
 //! only; otherwise it answers that it cannot). So are the break-glass verbs, beneath a
 //! temp `break_glass_root` (root-controlled when the tests run as root, as `make test`
 //! does). `build_golden` answers the build it was given ([`FakeHelper::golden_build`]).
-//! `reset_guest_identity` and `restore_check` are the real verbs, run with the `pct` a test
+//! `reset_guest_identity`, `restore_check` and `bulk_archive` are the real verbs (the last
+//! beneath [`FakeHelper::backup_roots`]), run with the `pct` a test
 //! gives ([`FakeHelper::pct`]: the simulator's stand-in, so its `pct exec` acts on the
 //! simulated guest's files; [`FakeHelper::use_sim_pct`]).
 //!
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bosun_proto::helper::{
-    HelperUnit, Output, Refusal, Request, ResetGuestIdentity, Response, RestoreCheck,
+    BulkArchive, HelperUnit, Output, Refusal, Request, ResetGuestIdentity, Response, RestoreCheck,
 };
 use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -346,7 +347,8 @@ impl FakeHelper {
                 },
             },
             Request::ResetGuestIdentity(ResetGuestIdentity { ref vmid })
-            | Request::RestoreCheck(RestoreCheck { ref vmid, .. }) => {
+            | Request::RestoreCheck(RestoreCheck { ref vmid, .. })
+            | Request::BulkArchive(BulkArchive { ref vmid, .. }) => {
                 let Some(pct) = self.pct.lock().clone() else {
                     return Response::Failed {
                         message: format!(
@@ -371,6 +373,7 @@ impl FakeHelper {
                     guest_key,
                     adopt_file: dir.join("adopt-guests"),
                     staging_root: dir.join("staging"),
+                    backup_roots: self.backup_roots.lock().clone(),
                     ..bosun_helper::config::Config::default()
                 };
                 match bosun_helper::verbs::act(&request, &config) {

@@ -199,3 +199,68 @@ fn a_plan_classes_only_the_nodes_own_storages_each_once() {
     let read: DataPlan = serde_json::from_value(text).unwrap();
     assert!(read.node_storages.is_empty());
 }
+
+fn bulk(target: &str) -> PlanBulkBackup {
+    PlanBulkBackup {
+        guest_id: Uuid::from_u128(9),
+        volume: "media".into(),
+        target: target.into(),
+        schedule: "daily".into(),
+        keep_last: 3,
+    }
+}
+
+#[test]
+fn a_bulk_backup_goes_only_to_a_directory_vzdump_target_of_the_plan() {
+    let field = |b: Vec<PlanBulkBackup>| {
+        let mut p = plan();
+        p.bulk_backups = b;
+        p.validate().err().map(|e| e.field().to_owned())
+    };
+    assert_eq!(field(vec![bulk("/srv/backup")]), None);
+    let mut p = plan();
+    p.bulk_backups = vec![bulk("/srv/backup")];
+    assert_eq!(
+        p.bulk_backup(Uuid::from_u128(9), "media")
+            .map(|b| b.keep_last),
+        Some(3)
+    );
+    assert!(p.bulk_backup(Uuid::from_u128(9), "other").is_none());
+
+    // A PBS datastore is no directory; a target the plan lacks is no target.
+    assert_eq!(
+        field(vec![bulk("bosun@pbs@pbs.example:store")]).as_deref(),
+        Some("bulk_backups[0].target")
+    );
+    assert_eq!(
+        field(vec![bulk("/srv/elsewhere")]).as_deref(),
+        Some("bulk_backups[0].target")
+    );
+    // One entry per volume.
+    assert_eq!(
+        field(vec![bulk("/srv/backup"), bulk("/srv/backup")]).as_deref(),
+        Some("bulk_backups[1].volume")
+    );
+    let mut b = bulk("/srv/backup");
+    b.keep_last = 0;
+    assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].keep_last"));
+    let mut b = bulk("/srv/backup");
+    b.keep_last = MAX_BULK_KEEP + 1;
+    assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].keep_last"));
+    let mut b = bulk("/srv/backup");
+    b.schedule = "every now and then".into();
+    assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].schedule"));
+    let mut b = bulk("/srv/backup");
+    b.volume = "Media!".into();
+    assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].volume"));
+    let mut b = bulk("/srv/backup");
+    b.guest_id = Uuid::nil();
+    assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].guest_id"));
+    let many = (0..=MAX_BULK_BACKUPS)
+        .map(|i| PlanBulkBackup {
+            guest_id: Uuid::from_u128(i as u128 + 1),
+            ..bulk("/srv/backup")
+        })
+        .collect();
+    assert_eq!(field(many).as_deref(), Some("bulk_backups"));
+}

@@ -158,6 +158,22 @@ pub fn usb_mount_path(mount_root: &Path, storage: &StorageId) -> String {
     mount_root.join(storage.as_str()).display().to_string()
 }
 
+/// Where the node reaches `target`'s storage `storage` as a directory: a local directory's
+/// own path, a USB disk's mount, or where Proxmox mounts an NFS or CIFS share
+/// (`/mnt/pve/<storage id>`); `None` for a PBS datastore, which is no directory.
+pub fn directory_of(
+    target: &StorageTarget,
+    storage: &StorageId,
+    mount_root: &Path,
+) -> Option<String> {
+    match target.kind {
+        StorageType::LocalDir => Some(target.durable_id.clone()),
+        StorageType::Usb => Some(usb_mount_path(mount_root, storage)),
+        StorageType::Nfs | StorageType::Cifs => Some(format!("/mnt/pve/{}", storage.as_str())),
+        StorageType::Pbs => None,
+    }
+}
+
 /// The secrets a registration needs, opened on this host.
 #[derive(Debug, Default)]
 pub struct Secrets {

@@ -495,7 +495,12 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             .chain(lost)
             .collect();
         let refused = snapshot.map_or_else(Vec::new, |s| {
-            super::refusals::of(&s.state.guests, findings, &s.refused)
+            super::refusals::of(
+                &s.state.guests,
+                findings,
+                &s.refused,
+                s.plan.as_ref().map(|p| &p.plan),
+            )
         });
         // A generation with refusals is never applied (decision 0065).
         let converged = converged && refused.is_empty();

@@ -1,12 +1,15 @@
 //! What of a generation the host will not apply, as the report names it
 //! ([`bosun_proto::refused`]): the planner's refusals (a root disk asked smaller than the
 //! guest's, a bulk volume with no target of its class, a hot volume on a storage not classed
-//! `fast`) and the data-plan gate's (a storage
-//! target or tier the signed plan does not allow, [`crate::data::desired::plan_gate`]).
+//! `fast`), the data-plan gate's (a storage
+//! target or tier the signed plan does not allow, [`crate::data::desired::plan_gate`]) and a
+//! bulk volume whose backup desired state puts on another target than the signed plan does
+//! ([`crate::data::bulk`]).
 //!
 //! A pass that leaves any of them is not converged: the generation is not reported applied
 //! while part of it is refused (decision 0065).
 
+use bosun_proto::data_plan::DataPlan;
 use bosun_proto::desired::{GuestSpec, StorageClass};
 use bosun_proto::refused::{MAX_REFUSED, Refused, RefusedKind};
 use bosun_proto::report::TargetReason;
@@ -14,9 +17,15 @@ use bosun_proto::report::TargetReason;
 use super::plan::Finding;
 use crate::data::plan::Refusal;
 
-/// The refusals of one pass: the planner's `findings` about the desired `guests`, then the
-/// gate's `gate` refusals, at most [`MAX_REFUSED`].
-pub fn of(guests: &[GuestSpec], findings: &[Finding], gate: &[Refusal]) -> Vec<Refused> {
+/// The refusals of one pass: the planner's `findings` about the desired `guests`, the bulk
+/// backups desired state puts elsewhere than the verified `plan`, then the gate's `gate`
+/// refusals, at most [`MAX_REFUSED`].
+pub fn of(
+    guests: &[GuestSpec],
+    findings: &[Finding],
+    gate: &[Refusal],
+    plan: Option<&DataPlan>,
+) -> Vec<Refused> {
     let hostname = |id: uuid::Uuid| {
         guests
             .iter()
@@ -79,7 +88,38 @@ pub fn of(guests: &[GuestSpec], findings: &[Finding], gate: &[Refusal]) -> Vec<R
         field: None,
         reason: gate_reason(r),
     });
-    planner.chain(gated).take(MAX_REFUSED).collect()
+    planner
+        .chain(bulk_elsewhere(guests, plan))
+        .chain(gated)
+        .take(MAX_REFUSED)
+        .collect()
+}
+
+/// A bulk volume whose desired decision names another target than the signed plan archives
+/// it to: only the plan's is used (decision 0090).
+fn bulk_elsewhere<'a>(
+    guests: &'a [GuestSpec],
+    plan: Option<&'a DataPlan>,
+) -> impl Iterator<Item = Refused> + 'a {
+    guests.iter().flat_map(move |guest| {
+        guest.bulk_volumes.iter().filter_map(move |volume| {
+            let signed = plan
+                .and_then(|p| p.bulk_backup(guest.guest_id, &volume.name))
+                .map(|b| b.target.as_str());
+            let asked = crate::data::bulk::disagreeing_target(&volume.backup, signed)?;
+            Some(Refused {
+                kind: RefusedKind::GuestField,
+                name: guest.hostname.clone(),
+                guest_id: Some(guest.guest_id),
+                field: Some(format!("bulk_volumes.{}.backup", volume.name)),
+                reason: format!(
+                    "the signed data plan archives this volume to {}, not to {asked}: only the \
+                     plan's target is used",
+                    signed.unwrap_or_default()
+                ),
+            })
+        })
+    })
 }
 
 /// The gate's refusal in words.
@@ -124,7 +164,7 @@ mod tests {
             fields: Vec::new(),
             tier: false,
         }];
-        let all = of(&[], &findings, &gate);
+        let all = of(&[], &findings, &gate, None);
         assert_eq!(all.len(), 2, "{all:?}");
         assert_eq!(all[0].field.as_deref(), Some("rootfs_gib"));
         assert_eq!(all[0].name, guest.to_string());
@@ -135,6 +175,6 @@ mod tests {
         for r in &all {
             assert!(bosun_proto::refused::check("refused", std::slice::from_ref(r)).is_ok());
         }
-        assert!(of(&[], &[], &[]).is_empty());
+        assert!(of(&[], &[], &[], None).is_empty());
     }
 }

@@ -7,10 +7,10 @@ use bosun_errchain::error_chain;
 use bosun_proto::delta::ReportDelta;
 use std::sync::Arc;
 
+use bosun_proto::report::TierReport;
 use bosun_proto::report::{
     AuditEntry as WireAudit, GuestReport, HostMetrics, PlanReport, StateReport, Versions,
 };
-use bosun_proto::report::{BulkVolumeReport, TierReport};
 use bosun_pve::Pve;
 use serde_json::json;
 use tokio::sync::watch;
@@ -23,7 +23,6 @@ use super::report::{ReportBody, Reporter};
 use crate::data::backup::tiers::TierPlan;
 use crate::data::desired::DesiredSnapshot;
 use crate::data::storage::StorageFacts;
-use crate::data::storage::naming::target_storage_id;
 use crate::guests::controller::ControllerBoard;
 use crate::guests::reconcile::reconcile_task::ReconcileStatus;
 use crate::ops::journal::{ControllerState, JournalHandle};
@@ -222,7 +221,15 @@ impl ReportState {
         let last_backups =
             super::restored_backups::with_restored(journal, last_backups, &storage).await;
         let tiers = tier_reports(&self.sources.tiers.borrow());
-        let bulk_volumes = bulk_reports(self.sources.desired.borrow().as_deref());
+        let bulk_rows = match journal.last_bulk_archives().await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "bulk archive records unreadable; the report carries bulk volumes without them");
+                Vec::new()
+            }
+        };
+        let bulk_volumes =
+            crate::data::bulk::reports(self.sources.desired.borrow().as_deref(), &bulk_rows);
         let data_plan = plan_report(self.sources.desired.borrow().as_deref());
         let health = self.sources.health.borrow().clone();
         let current = StateReport {
@@ -326,38 +333,6 @@ fn tier_reports(plan: &TierPlan) -> Vec<TierReport> {
             desired: t.desired,
             applied: t.applied,
             held: t.held.map(str::to_owned),
-        })
-        .collect()
-}
-
-/// Every desired guest's bulk volumes with their placement (or why they have none) and backup
-/// decision.
-fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
-    let Some(desired) = desired else {
-        return Vec::new();
-    };
-    let state = &desired.state;
-    state
-        .guests
-        .iter()
-        .flat_map(|guest| guest.bulk_volumes.iter().map(move |v| (guest.guest_id, v)))
-        .map(|(guest_id, volume)| {
-            let placed = state.place_bulk(volume);
-            let target = placed.ok();
-            BulkVolumeReport {
-                guest_id,
-                name: volume.name.clone(),
-                path: volume.path.clone(),
-                size_gib: volume.size_gib,
-                class: Some(volume.class),
-                target: target.map(|t| t.durable_id.clone()),
-                storage_id: target.map(|t| target_storage_id(t).as_str().to_owned()),
-                refused: placed.err(),
-                backup: volume.backup.clone(),
-                signed_target: None,
-                last_archive: None,
-                last_error: None,
-            }
         })
         .collect()
 }

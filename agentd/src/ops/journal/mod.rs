@@ -55,6 +55,7 @@ pub mod audit;
 pub mod audit_retention;
 mod backups;
 mod break_glass;
+mod bulk_archives;
 mod controllers;
 mod data_plan;
 mod floor;
@@ -82,6 +83,7 @@ pub use break_glass::{
     CLOSED_ACTION as BREAK_GLASS_CLOSED, COMMAND_ACTION as BREAK_GLASS_COMMAND, Door, DoorClosed,
     OPENED_ACTION as BREAK_GLASS_OPENED, SupportCommand,
 };
+pub use bulk_archives::{BulkArchived, LastBulk};
 pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
 pub use data_plan::StoredPlan;
 pub use error::JournalError;

@@ -447,11 +447,27 @@ CREATE TABLE IF NOT EXISTS golden_outcome (
     at_ms    INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 25: each bulk volume's newest archive and newest failed attempt (decision
+    // 0090), one row per (guest, volume).
+    r#"
+CREATE TABLE IF NOT EXISTS bulk_archives (
+    guest_id    TEXT NOT NULL,
+    volume      TEXT NOT NULL,
+    target      TEXT,
+    name        TEXT,
+    size_bytes  INTEGER CHECK (size_bytes IS NULL OR size_bytes >= 0),
+    sha256      TEXT,
+    archived_ms INTEGER,
+    error       TEXT,
+    failed_ms   INTEGER,
+    PRIMARY KEY (guest_id, volume)
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 24;
+pub const SCHEMA_VERSION: i64 = 25;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

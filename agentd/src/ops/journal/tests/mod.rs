@@ -11,6 +11,7 @@ use crate::ops::operation::OpKind;
 mod audit;
 mod audit_retention;
 mod backups;
+mod bulk_archives;
 mod failures;
 mod golden;
 mod identity;

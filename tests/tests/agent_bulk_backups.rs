@@ -1,0 +1,253 @@
+//! Bulk volumes' own backups, end to end (decision 0090): the simulator, a real hub, the agent
+//! and the root helper's real `bulk_archive` verb entering the simulated guest through the
+//! simulator's `pct`. A volume the signed plan names no target for is reported unprotected
+//! and nothing is archived, whatever desired state says; once the operator signs a plan naming
+//! a target, the volume's archive lands in that target's directory (`bosun-bulk/<guest>/
+//! <volume>/`), its SHA-256 in the report and the audit log. A hub that points desired state
+//! at another target moves nothing: the archive still goes where the plan says, and the
+//! desired decision is refused. A target the node cannot reach fails the archive, reported
+//! with why.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::agent_support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_support::signing::{plan_of, signed_plan};
+use agent_support::*;
+use bosun_proto::data_plan::PlanBulkBackup;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+fn local_dir(path: &Path, role: &str) -> Value {
+    json!({
+        "type": "local-dir",
+        "durable_id": path.display().to_string(),
+        "class": "slow",
+        "role": role,
+        "policy": {},
+        "state": "attached",
+    })
+}
+
+/// The hub's report of `guest`'s bulk volume `media`, once there is one.
+async fn media(hub: &RealHub, host: Uuid, guest: Uuid) -> Option<Value> {
+    hub.host(host).await["last_report"]["bulk_volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["guest_id"] == json!(guest) && v["name"] == "media")
+        .cloned()
+}
+
+/// The archives written for `guest`'s `media` beneath the target directory `dir`.
+fn archives(dir: &Path, guest: Uuid) -> Vec<PathBuf> {
+    let at = dir.join("bosun-bulk").join(guest.to_string()).join("media");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(at)
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// `desired` with a signed plan naming `bulk` as its bulk backups.
+fn with_plan(desired: &Value, host: Uuid, bulk: Vec<PlanBulkBackup>) -> Value {
+    let mut plan = plan_of(desired, host);
+    plan.bulk_backups = bulk;
+    let mut out = desired.clone();
+    out["data_plan"] = signed_plan(&plan);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
+    let (sim, hub, files) = enrolled_stack().await;
+    // Beneath the system's temporary directory: the helper's backup roots hold it.
+    let roots = tempfile::tempdir().unwrap();
+    let (bulk, backup, other) = (
+        roots.path().join("bulk"),
+        roots.path().join("backup"),
+        roots.path().join("other"),
+    );
+    for dir in [&bulk, &backup, &other] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
+    files.use_sim_pct(&sim);
+    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+    text.push_str("[backup]\nbulk_check_ms = 1000\n");
+    std::fs::write(&files.config_path, text).unwrap();
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    let mut desired = desired(&sim, &[(guest, "media-box")], "running");
+    desired["storage"] = json!([
+        local_dir(&bulk, "bulk-data"),
+        local_dir(&backup, "vzdump-target"),
+        local_dir(&other, "vzdump-target"),
+    ]);
+    desired["guests"][0]["bulk_volumes"] = json!([{
+        "name": "media", "size_gib": 1, "path": "/srv/media", "class": "slow",
+        "backup": { "kind": "target", "target": backup.display().to_string() },
+    }]);
+
+    // A plan that names no bulk backup: desired state's wish archives nothing.
+    hub.put_desired(host, &with_plan(&desired, host, Vec::new()))
+        .await;
+    running_vmid(&agent.handles.reconcile, guest).await;
+    eventually(
+        Duration::from_secs(30),
+        "the volume is reported",
+        || async { media(&hub, host, guest).await.is_some() },
+    )
+    .await;
+    let report = media(&hub, host, guest).await.unwrap();
+    assert!(report["signed_target"].is_null(), "{report}");
+    eventually(
+        Duration::from_secs(30),
+        "the hub says it is unprotected",
+        || async {
+            !agent_support::storage::alerts(&hub, host, "bulk_unprotected")
+                .await
+                .is_empty()
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(archives(&backup, guest).is_empty());
+    assert!(files.helper.verbs().iter().all(|v| *v != "bulk_archive"));
+
+    // The operator signs the volume's target: its archive lands there.
+    let entry = PlanBulkBackup {
+        guest_id: guest,
+        volume: "media".into(),
+        target: backup.display().to_string(),
+        schedule: "daily".into(),
+        keep_last: 2,
+    };
+    hub.put_desired(host, &with_plan(&desired, host, vec![entry.clone()]))
+        .await;
+    eventually(
+        Duration::from_secs(60),
+        "the volume is archived",
+        || async {
+            media(&hub, host, guest)
+                .await
+                .is_some_and(|m| !m["last_archive"].is_null())
+        },
+    )
+    .await;
+    let written = archives(&backup, guest);
+    assert_eq!(written.len(), 1, "{written:?}");
+    let name = written[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(
+        name.starts_with("bulk-media-") && name.ends_with(".tar"),
+        "{name}"
+    );
+    let report = media(&hub, host, guest).await.unwrap();
+    assert_eq!(report["signed_target"], json!(backup.display().to_string()));
+    let last = &report["last_archive"];
+    assert_eq!(last["name"], json!(name), "{report}");
+    let bytes = std::fs::read(&written[0]).unwrap();
+    assert_eq!(last["size_bytes"], json!(bytes.len()));
+    let sha256: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(last["sha256"], json!(sha256));
+    let audited = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
+    let archived = audited
+        .iter()
+        .find(|e| e.event.event == "bulk.archived")
+        .expect("the archive is audited");
+    assert_eq!(archived.event.guest_id, Some(guest.to_string()));
+    assert_eq!(archived.event.detail["archive"], json!(name));
+
+    // A hub pointing desired state at another target moves nothing: refused, and the
+    // plan's target stays the only one written.
+    desired["guests"][0]["bulk_volumes"][0]["backup"]["target"] =
+        json!(other.display().to_string());
+    hub.put_desired(host, &with_plan(&desired, host, vec![entry]))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "the other target is refused",
+        || async {
+            hub.host(host).await["last_report"]["refused"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["field"] == "bulk_volumes.media.backup"))
+        },
+    )
+    .await;
+    assert!(archives(&other, guest).is_empty());
+    assert!(!other.join("bosun-bulk").exists());
+    let detail = hub.host(host).await;
+    assert_ne!(
+        detail["applied_generation"], detail["desired_generation"],
+        "a refused decision keeps the host out of sync: {detail}"
+    );
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_that_cannot_be_written_is_reported_failed_with_why() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let roots = tempfile::tempdir().unwrap();
+    let (bulk, backup) = (roots.path().join("bulk"), roots.path().join("backup"));
+    std::fs::create_dir_all(&bulk).unwrap();
+    // The backup target's directory does not exist on the node.
+    files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
+    files.use_sim_pct(&sim);
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    let mut desired = desired(&sim, &[(guest, "media-box")], "running");
+    desired["storage"] = json!([
+        local_dir(&bulk, "bulk-data"),
+        local_dir(&backup, "vzdump-target"),
+    ]);
+    desired["guests"][0]["bulk_volumes"] = json!([{
+        "name": "media", "size_gib": 1, "path": "/srv/media", "class": "slow",
+        "backup": { "kind": "target", "target": backup.display().to_string() },
+    }]);
+    let entry = PlanBulkBackup {
+        guest_id: guest,
+        volume: "media".into(),
+        target: backup.display().to_string(),
+        schedule: "daily".into(),
+        keep_last: 1,
+    };
+    hub.put_desired(host, &with_plan(&desired, host, vec![entry]))
+        .await;
+    eventually(
+        Duration::from_secs(60),
+        "the failure is reported",
+        || async {
+            media(&hub, host, guest)
+                .await
+                .is_some_and(|m| m["last_error"].is_string())
+        },
+    )
+    .await;
+    let report = media(&hub, host, guest).await.unwrap();
+    assert!(report["last_archive"].is_null(), "{report}");
+    let audited = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
+    assert!(
+        audited.iter().any(|e| e.event.event == "bulk.failed"),
+        "the failure is audited"
+    );
+    eventually(Duration::from_secs(30), "the hub alerts", || async {
+        !agent_support::storage::alerts(&hub, host, "bulk_backup_failed")
+            .await
+            .is_empty()
+    })
+    .await;
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
