@@ -73,14 +73,14 @@ impl MatchedSigner {
 #[derive(Debug, thiserror::Error)]
 pub enum SignatureError {
     /// Not an armored SSHSIG, or not one this agent can read.
-    #[error("the job signature is not a readable ssh signature")]
+    #[error("the signature is not a readable ssh signature")]
     Malformed {
         /// The cause.
         #[source]
         source: ssh_key::Error,
     },
     /// Signed for another purpose.
-    #[error("the job signature is for namespace {found:?}, not {expected:?}")]
+    #[error("the signature is for namespace {found:?}, not {expected:?}")]
     WrongNamespace {
         /// The namespace required.
         expected: &'static str,
@@ -88,13 +88,13 @@ pub enum SignatureError {
         found: String,
     },
     /// The signing key is not in `allowed_signers`.
-    #[error("the job was signed by key {fingerprint}, which is not an allowed signer")]
+    #[error("the document was signed by key {fingerprint}, which is not an allowed signer")]
     UnknownSigner {
         /// The key's fingerprint.
         fingerprint: String,
     },
     /// The signature does not match the bytes (tampered, or forged).
-    #[error("the job signature by key {fingerprint} does not match the job bytes")]
+    #[error("the signature by key {fingerprint} does not match the signed bytes")]
     BadSignature {
         /// The key's fingerprint.
         fingerprint: String,
