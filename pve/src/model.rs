@@ -117,6 +117,9 @@ pub struct NetworkInterface {
     /// Whether it is active.
     #[serde(default, deserialize_with = "lenient_bool")]
     pub active: bool,
+    /// Its configured IPv4 address, if it has one.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub address: Option<String>,
 }
 
 fn unknown_kind() -> String {

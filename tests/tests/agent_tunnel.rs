@@ -22,7 +22,9 @@
 //!   secret reaches neither the report nor the hub;
 //! - guest-loss disaster recovery keeps the guest's hostname: restored at another vmid (its
 //!   source may still run), the same hostname reaches the restored guest's address, and the
-//!   guest reads in its audit log that it left the old container and reached the new one.
+//!   guest reads in its audit log that it left the old container and reached the new one;
+//! - a guest on DHCP that names another guest's address, the node's own or loopback on its
+//!   interface is not routed there, and the guest that held the address keeps its hostname.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -600,4 +602,71 @@ async fn a_guest_restored_elsewhere_keeps_its_hostname_at_its_new_address() {
     stand_in.stop().await;
     hub.stop().await;
     drop(sim);
+}
+
+/// A guest on DHCP says its own address (Proxmox reads it from the container): one that
+/// names another guest's address, the node's own or loopback is not routed to, and the guest
+/// that held the address keeps its hostname. Its own lease again, and it is routed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_naming_another_guests_or_the_nodes_address_is_not_routed_there() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("config.yml");
+    let credentials = dir.path().join("credentials.json");
+    initial_config(&config_file, &credentials);
+    let stand_in = cloudflared::StandIn::start(
+        dir.path(),
+        &config_file,
+        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
+    )
+    .await
+    .unwrap();
+    append_config(
+        &files,
+        &stand_in.agent_config(
+            &credentials,
+            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
+        ),
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let base = desired(&sim, &[(a, "shop"), (b, "blog")], "running");
+    hub.put_desired(host, &base).await;
+    let vmid_a = running_vmid(&agent.handles.reconcile, a).await;
+    let vmid_b = running_vmid(&agent.handles.reconcile, b).await;
+    let signed = with_routes(
+        &base,
+        host,
+        &[("shop.example.com", a, 80), ("blog.example.com", b, 8080)],
+    );
+    hub.put_desired_unplanned(host, &signed).await;
+    let both = BTreeMap::from([
+        ("shop.example.com".to_owned(), service(vmid_a, 80)),
+        ("blog.example.com".to_owned(), service(vmid_b, 8080)),
+    ]);
+    both_replicas_route(&stand_in, &both).await;
+
+    let blog_only = BTreeMap::from([("blog.example.com".to_owned(), service(vmid_b, 8080))]);
+    let node: std::net::Ipv4Addr = "192.0.2.10".parse().unwrap();
+    for claimed in [
+        bosun_pvesim::dhcp_address(vmid_b),
+        node,
+        std::net::Ipv4Addr::LOCALHOST,
+    ] {
+        assert!(sim.set_guest_own_address(vmid_a, Some(claimed)));
+        both_replicas_route(&stand_in, &blog_only).await;
+        let text = std::fs::read_to_string(&config_file).unwrap();
+        assert!(
+            !text.contains(&format!("service: http://{claimed}:80\n")),
+            "{claimed} is never a route's service: {text}"
+        );
+    }
+
+    assert!(sim.set_guest_own_address(vmid_a, None));
+    both_replicas_route(&stand_in, &both).await;
+    agent.stop().await;
+    stand_in.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
 }

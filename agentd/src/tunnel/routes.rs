@@ -47,9 +47,20 @@ pub struct Placement {
     pub unplaced: Vec<TunnelRoute>,
 }
 
+/// A guest's address, and whether the guest itself said it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestAddress {
+    /// The IPv4 address.
+    pub address: Ipv4Addr,
+    /// Read from the running container's interface (a DHCP or manual `net0`), so what the
+    /// guest configured, not what Proxmox assigned: taken only when no other guest and not
+    /// the node holds it ([`place`]).
+    pub leased: bool,
+}
+
 /// The guest's IPv4 address on `net0`: the static `ip=` of its config, else the address of the
 /// running container's interface `net0` names (`name=`, `eth0` when absent).
-pub async fn guest_address<P: Pve>(pve: &P, vmid: Vmid, config: &CtConfig) -> Option<Ipv4Addr> {
+pub async fn guest_address<P: Pve>(pve: &P, vmid: Vmid, config: &CtConfig) -> Option<GuestAddress> {
     let net0 = config.get_str("net0")?;
     let prop = |key: &str| {
         net0.split(',')
@@ -57,12 +68,47 @@ pub async fn guest_address<P: Pve>(pve: &P, vmid: Vmid, config: &CtConfig) -> Op
             .map(str::to_owned)
     };
     if let Some(ip) = prop("ip").filter(|ip| ip != "dhcp" && ip != "manual") {
-        return ip.split('/').next()?.parse().ok();
+        let address = ip.split('/').next()?.parse().ok()?;
+        return Some(GuestAddress {
+            address,
+            leased: false,
+        });
     }
     let name = prop("name").unwrap_or_else(|| "eth0".to_owned());
     let interfaces = pve.ct_interfaces(vmid).await.ok()?;
     let inet = interfaces.into_iter().find(|i| i.name == name)?.inet?;
-    inet.split('/').next()?.parse().ok()
+    let address = inet.split('/').next()?.parse().ok()?;
+    Some(GuestAddress {
+        address,
+        leased: true,
+    })
+}
+
+/// Whether a guest's own word for its address may be routed to: a unicast address a guest
+/// can hold (never loopback, link-local, unspecified, broadcast or multicast), held by no
+/// other guest (`others`) and not by the node (`node`): a guest that names another's address,
+/// or the node's own, would have the tunnel carry its hostname's traffic there. (A guest
+/// whose routes already go to an address keeps it: [`place`].)
+fn leased_acceptable(address: Ipv4Addr, others: &[Ipv4Addr], node: &[Ipv4Addr]) -> bool {
+    !(address.is_loopback()
+        || address.is_link_local()
+        || address.is_unspecified()
+        || address.is_broadcast()
+        || address.is_multicast()
+        || others.contains(&address)
+        || node.contains(&address))
+}
+
+/// The node's own IPv4 addresses, as its network configuration lists them; none when it
+/// cannot be read (then no leased address is taken: see [`place`]).
+async fn node_addresses<P: Pve>(pve: &P) -> Option<Vec<Ipv4Addr>> {
+    let interfaces = pve.network().await.ok()?;
+    Some(
+        interfaces
+            .iter()
+            .filter_map(|i| i.address.as_deref()?.parse().ok())
+            .collect(),
+    )
 }
 
 /// Places every route of the plan: `provenance` is the agent's record of its guests, `last`
@@ -81,40 +127,75 @@ pub async fn place<P: Pve>(
         .filter(|p| !p.is_scratch())
         .filter_map(|p| Some((p.guest_id()?, p)))
         .collect();
-    let mut addresses: HashMap<&str, Option<Ipv4Addr>> = HashMap::new();
-    let mut out = Placement::default();
+    let mut addresses: HashMap<String, Option<GuestAddress>> = HashMap::new();
     for route in routes {
         let guest_id = route.guest_id.to_string();
         let Some(guest) = by_guest.get(guest_id.as_str()) else {
-            out.unplaced.push(route.clone());
             continue;
         };
-        let address = match addresses.get(guest_id.as_str()) {
-            Some(known) => *known,
-            None => {
-                let found = match address_of(pve, guest).await {
-                    Seen::At(address) => Some(address),
-                    Seen::Unread => last
-                        .iter()
-                        .find(|l| l.guest_id == guest_id && l.vmid == guest.vmid())
-                        .map(|l| l.rule.address),
-                    Seen::Gone => None,
-                };
-                addresses.insert(guest.guest_id().unwrap_or_default(), found);
-                found
-            }
+        if addresses.contains_key(&guest_id) {
+            continue;
+        }
+        let found = match address_of(pve, guest).await {
+            Seen::At(address) => Some(address),
+            // The address it had was taken when it was read.
+            Seen::Unread => last
+                .iter()
+                .find(|l| l.guest_id == guest_id && l.vmid == guest.vmid())
+                .map(|l| GuestAddress {
+                    address: l.rule.address,
+                    leased: false,
+                }),
+            Seen::Gone => None,
         };
-        match address {
-            Some(address) => out.placed.push(PlacedRoute {
+        addresses.insert(guest_id, found);
+    }
+    let node = if addresses.values().flatten().any(|a| a.leased) {
+        node_addresses(pve).await
+    } else {
+        Some(Vec::new())
+    };
+    let accepted: HashMap<&str, Ipv4Addr> = addresses
+        .iter()
+        .filter_map(|(guest_id, found)| {
+            let found = (*found)?;
+            // The guest that held the address in the rules in force keeps it: a guest that
+            // names another's address later cannot take its routes away.
+            let held = last
+                .iter()
+                .any(|l| &l.guest_id == guest_id && l.rule.address == found.address);
+            if found.leased && !held {
+                let others: Vec<Ipv4Addr> = addresses
+                    .iter()
+                    .filter(|(other, _)| *other != guest_id)
+                    .filter_map(|(_, a)| a.map(|a| a.address))
+                    .collect();
+                let node = node.as_deref()?;
+                if !leased_acceptable(found.address, &others, node) {
+                    tracing::warn!(guest_id = %guest_id, address = %found.address, "a guest's own address for its tunnel route is another guest's, the node's or no guest's: its hostnames are not routed");
+                    return None;
+                }
+            }
+            Some((guest_id.as_str(), found.address))
+        })
+        .collect();
+    let mut out = Placement::default();
+    for route in routes {
+        let guest_id = route.guest_id.to_string();
+        match (
+            by_guest.get(guest_id.as_str()),
+            accepted.get(guest_id.as_str()),
+        ) {
+            (Some(guest), Some(address)) => out.placed.push(PlacedRoute {
                 rule: IngressRule {
                     hostname: route.hostname.clone(),
-                    address,
+                    address: *address,
                     port: route.port,
                 },
                 guest_id,
                 vmid: guest.vmid(),
             }),
-            None => out.unplaced.push(route.clone()),
+            _ => out.unplaced.push(route.clone()),
         }
     }
     out
@@ -124,7 +205,7 @@ pub async fn place<P: Pve>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Seen {
     /// The container is the recorded guest, at this address.
-    At(Ipv4Addr),
+    At(GuestAddress),
     /// The container may well be the recorded guest, but no address could be read now (it
     /// is stopped, or Proxmox did not answer).
     Unread,
@@ -267,5 +348,27 @@ mod tests {
             readdressed[0].detail["previous_service"],
             "http://10.0.0.1:80"
         );
+    }
+
+    #[test]
+    fn a_guests_own_address_is_taken_only_when_no_one_else_holds_it() {
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let others = [ip("10.99.0.101")];
+        let node = [ip("192.0.2.10")];
+        assert!(leased_acceptable(ip("10.99.0.100"), &others, &node));
+        for taken in [
+            "10.99.0.101",
+            "192.0.2.10",
+            "127.0.0.1",
+            "169.254.1.1",
+            "0.0.0.0",
+        ] {
+            assert!(
+                !leased_acceptable(ip(taken), &others, &node),
+                "{taken} is not a guest's own"
+            );
+        }
+        assert!(!leased_acceptable(ip("255.255.255.255"), &[], &[]));
+        assert!(!leased_acceptable(ip("224.0.0.1"), &[], &[]));
     }
 }

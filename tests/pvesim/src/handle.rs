@@ -207,6 +207,18 @@ impl SimHandle {
             .map(crate::state::Guest::running)
     }
 
+    /// Sets the address guest `vmid`'s root configured on its own interfaces in place of its
+    /// DHCP lease (`None`: the lease again), as a guest that names another's address would;
+    /// `false` when the CT does not exist.
+    pub fn set_guest_own_address(&self, vmid: u32, address: Option<std::net::Ipv4Addr>) -> bool {
+        let mut st = self.shared.state.lock();
+        let Some(guest) = st.guests.get_mut(&vmid) else {
+            return false;
+        };
+        guest.own_address = address;
+        true
+    }
+
     /// Stops a running CT as if its init had exited (no task, no lock); `false` when the CT
     /// does not exist.
     pub fn stop_guest(&self, vmid: u32) -> bool {

@@ -205,7 +205,10 @@ pub(crate) fn interfaces(ctx: &Ctx) -> HandlerResult {
         let hwaddr = prop("hwaddr").unwrap_or_else(|| "BC:24:11:00:00:00".into());
         let inet = match prop("ip") {
             Some(ip) if ip.contains('/') => ip,
-            _ => format!("{}/16", dhcp_address(vmid)),
+            _ => format!(
+                "{}/16",
+                guest.own_address.unwrap_or_else(|| dhcp_address(vmid))
+            ),
         };
         let (address, prefix) = inet.split_once('/').unwrap_or((inet.as_str(), "16"));
         out.push(json!({

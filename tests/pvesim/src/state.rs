@@ -45,6 +45,10 @@ pub(crate) struct Guest {
     pub(crate) files: FileTree,
     /// Its firewall options (`/etc/pve/firewall/<vmid>.fw`, `[OPTIONS]`): `crate::firewall`.
     pub(crate) firewall: Conf,
+    /// The address the guest's root set on its own interfaces instead of its DHCP lease
+    /// (`SimHandle::set_guest_own_address`): what `…/interfaces` reads for a `net` without a
+    /// static `ip=`.
+    pub(crate) own_address: Option<std::net::Ipv4Addr>,
 }
 
 impl Guest {
@@ -57,6 +61,7 @@ impl Guest {
             running_since: None,
             files: FileTree::default(),
             firewall: Conf::new(),
+            own_address: None,
         }
     }
 

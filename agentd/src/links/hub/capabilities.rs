@@ -263,6 +263,7 @@ mod tests {
             iface: name.into(),
             kind: kind.into(),
             active,
+            address: None,
         }
     }
 
