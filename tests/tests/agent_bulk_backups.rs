@@ -62,37 +62,98 @@ fn with_plan(desired: &Value, host: Uuid, bulk: Vec<PlanBulkBackup>) -> Value {
     out
 }
 
+/// The stack of both tests: an agent with the simulator's `pct` and local directories beneath
+/// a new temporary root (the helper's backup roots hold it), looking at bulk archives every
+/// second; guest `media-box` with bulk volume `media` on the `bulk-data` target `bulk`, whose
+/// desired decision is a backup to `backup`; `targets` more `vzdump-target`s by name. Only
+/// the directories named in `made` exist on the node.
+struct MediaBox {
+    sim: bosun_pvesim::SimHandle,
+    hub: RealHub,
+    files: AgentFiles,
+    agent: InProcessAgent,
+    roots: tempfile::TempDir,
+    host: Uuid,
+    guest: Uuid,
+    desired: Value,
+}
+
+impl MediaBox {
+    async fn start(targets: &[&str], made: &[&str]) -> Self {
+        let (sim, hub, files) = enrolled_stack().await;
+        let roots = tempfile::tempdir().unwrap();
+        for name in made {
+            std::fs::create_dir_all(roots.path().join(name)).unwrap();
+        }
+        files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
+        files.use_sim_pct(&sim);
+        let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+        text.push_str("[backup]\nbulk_check_ms = 1000\n");
+        std::fs::write(&files.config_path, text).unwrap();
+        let agent = InProcessAgent::start(&files.config_path).await;
+        let host = agent.handles.host_id;
+        let guest = Uuid::new_v4();
+        let mut desired = desired(&sim, &[(guest, "media-box")], "running");
+        let mut storage = vec![local_dir(&roots.path().join("bulk"), "bulk-data")];
+        storage.extend(
+            targets
+                .iter()
+                .map(|name| local_dir(&roots.path().join(name), "vzdump-target")),
+        );
+        desired["storage"] = Value::Array(storage);
+        desired["guests"][0]["bulk_volumes"] = json!([{
+            "name": "media", "size_gib": 1, "path": "/srv/media", "class": "slow",
+            "backup": { "kind": "target", "target": roots.path().join("backup").display().to_string() },
+        }]);
+        Self {
+            sim,
+            hub,
+            files,
+            agent,
+            roots,
+            host,
+            guest,
+            desired,
+        }
+    }
+
+    /// The directory of target `name`.
+    fn dir(&self, name: &str) -> PathBuf {
+        self.roots.path().join(name)
+    }
+
+    /// The plan entry archiving `media` to target `name`, keeping `keep_last`.
+    fn entry(&self, name: &str, keep_last: u32) -> PlanBulkBackup {
+        PlanBulkBackup {
+            guest_id: self.guest,
+            volume: "media".into(),
+            target: self.dir(name).display().to_string(),
+            schedule: "daily".into(),
+            keep_last,
+        }
+    }
+
+    async fn stop(self) {
+        self.agent.stop().await;
+        self.hub.stop().await;
+        self.sim.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
-    let (sim, hub, files) = enrolled_stack().await;
-    // Beneath the system's temporary directory: the helper's backup roots hold it.
-    let roots = tempfile::tempdir().unwrap();
-    let (bulk, backup, other) = (
-        roots.path().join("bulk"),
-        roots.path().join("backup"),
-        roots.path().join("other"),
-    );
-    for dir in [&bulk, &backup, &other] {
-        std::fs::create_dir_all(dir).unwrap();
-    }
-    files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
-    files.use_sim_pct(&sim);
-    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
-    text.push_str("[backup]\nbulk_check_ms = 1000\n");
-    std::fs::write(&files.config_path, text).unwrap();
-    let agent = InProcessAgent::start(&files.config_path).await;
-    let host = agent.handles.host_id;
-    let guest = Uuid::new_v4();
-    let mut desired = desired(&sim, &[(guest, "media-box")], "running");
-    desired["storage"] = json!([
-        local_dir(&bulk, "bulk-data"),
-        local_dir(&backup, "vzdump-target"),
-        local_dir(&other, "vzdump-target"),
-    ]);
-    desired["guests"][0]["bulk_volumes"] = json!([{
-        "name": "media", "size_gib": 1, "path": "/srv/media", "class": "slow",
-        "backup": { "kind": "target", "target": backup.display().to_string() },
-    }]);
+    let stack = MediaBox::start(&["backup", "other"], &["bulk", "backup", "other"]).await;
+    let MediaBox {
+        ref hub,
+        ref files,
+        ref agent,
+        host,
+        guest,
+        ref desired,
+        ..
+    } = stack;
+    let mut desired = desired.clone();
+    let (backup, other) = (stack.dir("backup"), stack.dir("other"));
 
     // A plan that names no bulk backup: desired state's wish archives nothing.
     hub.put_desired(host, &with_plan(&desired, host, Vec::new()))
@@ -121,13 +182,7 @@ async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
     assert!(files.helper.verbs().iter().all(|v| *v != "bulk_archive"));
 
     // The operator signs the volume's target: its archive lands there.
-    let entry = PlanBulkBackup {
-        guest_id: guest,
-        volume: "media".into(),
-        target: backup.display().to_string(),
-        schedule: "daily".into(),
-        keep_last: 2,
-    };
+    let entry = stack.entry("backup", 2);
     hub.put_desired(host, &with_plan(&desired, host, vec![entry.clone()]))
         .await;
     eventually(
@@ -189,39 +244,22 @@ async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
         detail["applied_generation"], detail["desired_generation"],
         "a refused decision keeps the host out of sync: {detail}"
     );
-    agent.stop().await;
-    hub.stop().await;
-    sim.shutdown().await;
+    stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_archive_that_cannot_be_written_is_reported_failed_with_why() {
-    let (sim, hub, files) = enrolled_stack().await;
-    let roots = tempfile::tempdir().unwrap();
-    let (bulk, backup) = (roots.path().join("bulk"), roots.path().join("backup"));
-    std::fs::create_dir_all(&bulk).unwrap();
     // The backup target's directory does not exist on the node.
-    files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
-    files.use_sim_pct(&sim);
-    let agent = InProcessAgent::start(&files.config_path).await;
-    let host = agent.handles.host_id;
-    let guest = Uuid::new_v4();
-    let mut desired = desired(&sim, &[(guest, "media-box")], "running");
-    desired["storage"] = json!([
-        local_dir(&bulk, "bulk-data"),
-        local_dir(&backup, "vzdump-target"),
-    ]);
-    desired["guests"][0]["bulk_volumes"] = json!([{
-        "name": "media", "size_gib": 1, "path": "/srv/media", "class": "slow",
-        "backup": { "kind": "target", "target": backup.display().to_string() },
-    }]);
-    let entry = PlanBulkBackup {
-        guest_id: guest,
-        volume: "media".into(),
-        target: backup.display().to_string(),
-        schedule: "daily".into(),
-        keep_last: 1,
-    };
+    let stack = MediaBox::start(&["backup"], &["bulk"]).await;
+    let MediaBox {
+        ref hub,
+        ref agent,
+        host,
+        guest,
+        ref desired,
+        ..
+    } = stack;
+    let entry = stack.entry("backup", 1);
     hub.put_desired(host, &with_plan(&desired, host, vec![entry]))
         .await;
     eventually(
@@ -247,7 +285,5 @@ async fn an_archive_that_cannot_be_written_is_reported_failed_with_why() {
             .is_empty()
     })
     .await;
-    agent.stop().await;
-    hub.stop().await;
-    sim.shutdown().await;
+    stack.stop().await;
 }

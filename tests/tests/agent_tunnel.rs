@@ -106,9 +106,17 @@ fn initial_config(path: &Path, credentials: &Path) {
     .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
-    let (sim, hub, files) = enrolled_stack().await;
+/// A tunnel of two stand-in replicas in a new directory (`config.yml` naming
+/// `credentials.json`, both inside it) that `files`' agent manages, probing every 100 ms and
+/// restarting a replica after 3 failed probes.
+async fn tunnel_of(
+    files: &AgentFiles,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    cloudflared::StandIn,
+) {
     let dir = tempfile::tempdir().unwrap();
     let config_file = dir.path().join("config.yml");
     let credentials = dir.path().join("credentials.json");
@@ -121,12 +129,19 @@ async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
     .await
     .unwrap();
     append_config(
-        &files,
+        files,
         &stand_in.agent_config(
             &credentials,
             "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
         ),
     );
+    (dir, config_file, credentials, stand_in)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let (_dir, config_file, credentials, stand_in) = tunnel_of(&files).await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
@@ -247,24 +262,7 @@ async fn the_signed_routes_reach_the_guests_and_a_hub_cannot_repoint_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unready_replica_is_restarted_and_the_report_says_so() {
     let (sim, hub, files) = enrolled_stack().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config_file = dir.path().join("config.yml");
-    let credentials = dir.path().join("credentials.json");
-    initial_config(&config_file, &credentials);
-    let stand_in = cloudflared::StandIn::start(
-        dir.path(),
-        &config_file,
-        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
-    )
-    .await
-    .unwrap();
-    append_config(
-        &files,
-        &stand_in.agent_config(
-            &credentials,
-            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
-        ),
-    );
+    let (_dir, _config_file, _credentials, stand_in) = tunnel_of(&files).await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let report = || async { hub.host(host).await["last_report"]["tunnel"].clone() };
@@ -340,24 +338,7 @@ fn files_under(dir: &Path) -> Vec<(String, Vec<u8>)> {
 async fn sealed_credentials_reach_the_tunnel_and_a_hub_cannot_swap_them() {
     use std::os::unix::fs::PermissionsExt;
     let (sim, hub, files) = enrolled_stack().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config_file = dir.path().join("config.yml");
-    let credentials = dir.path().join("credentials.json");
-    initial_config(&config_file, &credentials);
-    let stand_in = cloudflared::StandIn::start(
-        dir.path(),
-        &config_file,
-        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
-    )
-    .await
-    .unwrap();
-    append_config(
-        &files,
-        &stand_in.agent_config(
-            &credentials,
-            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
-        ),
-    );
+    let (_dir, _config_file, credentials, stand_in) = tunnel_of(&files).await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let a = Uuid::new_v4();
@@ -610,24 +591,7 @@ async fn a_guest_restored_elsewhere_keeps_its_hostname_at_its_new_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_naming_another_guests_or_the_nodes_address_is_not_routed_there() {
     let (sim, hub, files) = enrolled_stack().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config_file = dir.path().join("config.yml");
-    let credentials = dir.path().join("credentials.json");
-    initial_config(&config_file, &credentials);
-    let stand_in = cloudflared::StandIn::start(
-        dir.path(),
-        &config_file,
-        &["bosun-tunnel@a.service", "bosun-tunnel@b.service"],
-    )
-    .await
-    .unwrap();
-    append_config(
-        &files,
-        &stand_in.agent_config(
-            &credentials,
-            "interval_ms = 100\ntimeout_ms = 300\ndown_after_ms = 1000\nrestart_after = 3\nrestart_timeout_ms = 5000\n",
-        ),
-    );
+    let (_dir, config_file, _credentials, stand_in) = tunnel_of(&files).await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
