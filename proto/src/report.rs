@@ -661,6 +661,7 @@ impl StateReport {
         check_guests(&self.guests)?;
         validate::count("restore_tests", self.restore_tests.len(), MAX_RESTORE_TESTS)?;
         crate::verify::validate_reports(&self.verifications)?;
+        crate::report_bulk::validate_volumes(&self.bulk_volumes)?;
         if let Some(host) = &self.host {
             check_host(host)?;
         }
