@@ -142,6 +142,7 @@ pub struct BulkVolumeReport {
     /// one (decision 0090): the only target it is ever archived to. Absent: no archive is
     /// taken, whatever `backup` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub signed_target: Option<String>,
     /// Its newest archive, once one was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +150,7 @@ pub struct BulkVolumeReport {
     /// Why the newest attempt to archive it failed, when it did (at most
     /// [`crate::verify::MAX_DETAIL_CHARS`] characters, no control characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 200))]
     pub last_error: Option<String>,
 }
 
@@ -159,12 +161,19 @@ pub struct BulkArchiveReport {
     /// When it was written.
     pub at: Timestamp,
     /// The target it is on (`durable_id`).
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub target: String,
-    /// Its file name in the volume's directory on the target.
+    /// Its file name in the volume's directory on the target:
+    /// `bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`, as the helper names it.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 255, pattern = "^bulk-[a-z0-9-]+-[0-9_-]+\\.tar$")
+    )]
     pub name: String,
     /// Its size in bytes.
     pub size_bytes: u64,
     /// SHA-256 of its bytes, lowercase hex.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub sha256: String,
 }
 

@@ -2,7 +2,8 @@
 //! keeps or repeats any of it: the hub names a volume's signed target, its newest archive and
 //! its newest failure in alerts, in `bosunctl status` and on the dashboard.
 //!
-//! The target ids are names the agent takes from the signed plan, an archive's name is the
+//! A volume's name is desired state's (1 to 32 of `[a-z0-9-]`, the second half of an alert's
+//! subject `guest_id/volume`), the target ids are names the agent takes from the signed plan, an archive's name is the
 //! helper's own (`bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`), its digest is SHA-256 in
 //! lowercase hex, and a failure is short printable text (the agent bounds it as it bounds a
 //! verification's `detail`). A report breaking any of these is not from an agent that
@@ -30,6 +31,8 @@ pub(crate) fn validate_volumes(volumes: &[BulkVolumeReport]) -> Result<(), Valid
     validate::count("bulk_volumes", volumes.len(), MAX_REPORTED_BULK_VOLUMES)?;
     for (i, v) in volumes.iter().enumerate() {
         let at = |f: &str| format!("bulk_volumes[{i}].{f}");
+        // Desired state's rule for a volume's name: the agent reports the names it was given.
+        crate::desired::check_volume_name(&v.name, &|| at("name"))?;
         if let Some(target) = &v.signed_target {
             validate::text(|| at("signed_target"), target, MAX_TARGET_BYTES)?;
         }

@@ -100,6 +100,18 @@ fn an_archive_is_the_helpers_file_with_a_sha256() {
 }
 
 #[test]
+fn a_volume_name_is_desired_states() {
+    for name in ["Media", "", "a/b", &"m".repeat(33)] {
+        let why = refused(|v| {
+            v.name = name.into();
+            v.last_archive = None;
+        })
+        .unwrap();
+        assert!(why.contains("bulk_volumes[0].name"), "{name}: {why}");
+    }
+}
+
+#[test]
 fn targets_are_bounded_names() {
     let long = refused(|v| v.signed_target = Some("t".repeat(257))).unwrap();
     assert!(long.contains("bulk_volumes[0].signed_target"), "{long}");
