@@ -16,6 +16,7 @@ use crate::desired::{
 use crate::health::HostHealth;
 use crate::validate::{self, ValidationError};
 
+pub use crate::report_bulk::MAX_REPORTED_BULK_VOLUMES;
 /// The schema name of [`StateReport`].
 pub use crate::schema_ids::STATE_REPORT as SCHEMA;
 /// Most audit entries one report may carry.
@@ -93,6 +94,7 @@ pub struct StateReport {
     pub tiers: Vec<TierReport>,
     /// Every guest's bulk volumes, which vzdump leaves out, with their own backup decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8000))]
     pub bulk_volumes: Vec<BulkVolumeReport>,
     /// CPU, memory and disk against the agent's thresholds, and SMART readings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
