@@ -10,8 +10,8 @@
 //!   it.
 //! - `bulk_backup_failed` (subject `guest_id/volume`) holds while the newest attempt to
 //!   archive the volume failed (`last_error`). A newer archive landing resolves it as
-//!   `bulk_backup_recovered`; the error gone without an archive, or the volume leaving the
-//!   report, clears it.
+//!   `bulk_backup_recovered`; the error gone without an archive or without a signed target
+//!   (the plan no longer archives the volume), or the volume leaving the report, clears it.
 
 use bosun_proto::desired::BulkBackup;
 use bosun_proto::report::{BulkVolumeReport, StateReport};
@@ -146,7 +146,11 @@ pub(super) fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport)
                 ),
             ),
         },
-        _ => match &v.last_archive {
+        _ => match v
+            .last_archive
+            .as_ref()
+            .filter(|_| v.signed_target.is_some())
+        {
             Some(archive) => (
                 true,
                 format!(
@@ -157,7 +161,9 @@ pub(super) fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport)
             ),
             None => (
                 false,
-                format!("{volume} on host {hostname}: its newest attempt is no longer failing"),
+                format!(
+                    "{volume} on host {hostname}: its newest attempt is no longer failing, and no newer archive of it is reported"
+                ),
             ),
         },
     }

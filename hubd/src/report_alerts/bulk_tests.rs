@@ -171,6 +171,19 @@ fn a_failed_attempt_raises_bulk_backup_failed_until_a_newer_archive_lands() {
         kinds(&cleared),
         (vec![], vec!["bulk_backup_failed_cleared"])
     );
+    // Nor is the plan dropping the volume: its old archive is no newer one.
+    let mut dropped = report(
+        BulkBackup::None {
+            acknowledged_by: "ops".into(),
+        },
+        None,
+    );
+    dropped.bulk_volumes[0].last_archive = Some(archive());
+    let cleared = judge(&[open(WatchKind::BulkBackupFailed)], &dropped);
+    assert_eq!(
+        kinds(&cleared),
+        (vec![], vec!["bulk_backup_failed_cleared"])
+    );
 }
 
 #[test]
