@@ -502,6 +502,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             ));
         }
         fields.extend(verify_fields(host, report));
+        fields.extend(crate::status::bulk::fields(host, jiff::Timestamp::now()));
         fields.extend(crate::status::golden::fields(host, jiff::Timestamp::now()));
     }
     table::print_fields(&fields)

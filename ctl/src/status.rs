@@ -1,8 +1,10 @@
 //! `bosunctl status`: one screen for the whole fleet — hosts, their storage targets, backup
-//! tiers and guests (desired and observed) with each guest's last restore test per tier, the
-//! last backup and restore test per host, and the newest alerts.
+//! tiers and guests (desired and observed) with each guest's last restore test per tier and
+//! its bulk volumes' own backups, the last backup and restore test per host, and the newest
+//! alerts.
 
 mod backups;
+pub(crate) mod bulk;
 pub mod golden;
 pub mod hardware;
 pub mod health;
@@ -233,6 +235,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
                 out.extend(hardware::guest_usage_line(host, id));
                 out.extend(restore_results::guest_lines(host, id, now));
                 out.extend(verify::guest_lines(host, id, now));
+                out.extend(bulk::guest_lines(host, id, now));
             }
         }
         let listed: Vec<Option<uuid::Uuid>> = guests.iter().map(|g| g.guest_id).collect();

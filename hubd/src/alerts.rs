@@ -155,6 +155,8 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::RestoreTestOverdue
         | AlertKind::VerifyFailed
         | AlertKind::VerifyOverdue
+        | AlertKind::BulkUnprotected
+        | AlertKind::BulkBackupFailed
         | AlertKind::EscrowMissing
         | AlertKind::HostCpuHigh
         | AlertKind::HostMemoryHigh
@@ -184,7 +186,9 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::GuestUsageRecovered
         | AlertKind::DiskRecovered
         | AlertKind::PoolFillRecovered
-        | AlertKind::VerifyRecovered => AlertLog::Info,
+        | AlertKind::VerifyRecovered
+        | AlertKind::BulkProtected
+        | AlertKind::BulkBackupRecovered => AlertLog::Info,
     }
 }
 

@@ -11,7 +11,8 @@
 //!    (dead-man's switch; backup sweep of the hosts due: overdue backups and restore tests)
 //!  polls and sweeps judge the merged report and desired state: report_alerts (storage_lost,
 //!    backup_failed, backup_overdue, restore_test_failed, restore_test_overdue, verify_failed,
-//!    verify_overdue, escrow_missing, the last also judged by an escrow PUT), opened and resolved in the
+//!    verify_overdue, bulk_unprotected, bulk_backup_failed, escrow_missing, the last also judged
+//!    by an escrow PUT), opened and resolved in the
 //!    store, history in the event log; each opening and recovery is an alert like any other,
 //!    delivered through AlertSink; audit entries a poll carries raise golden_refused and
 //!    guest_restored once each (report_alerts::audit)

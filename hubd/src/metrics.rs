@@ -46,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 54] = [
+const ALERT_KINDS: [AlertKind; 58] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -101,6 +101,10 @@ const ALERT_KINDS: [AlertKind; 54] = [
     AlertKind::VerifyFailed,
     AlertKind::VerifyOverdue,
     AlertKind::VerifyRecovered,
+    AlertKind::BulkUnprotected,
+    AlertKind::BulkProtected,
+    AlertKind::BulkBackupFailed,
+    AlertKind::BulkBackupRecovered,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 

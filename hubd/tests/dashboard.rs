@@ -661,6 +661,15 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
             last_failed_at: Some(now),
             first_at: now,
         }],
+        bulk_volumes: vec![
+            hostile_bulk(
+                guest,
+                "media",
+                Some("<s>usb</s>"),
+                Some("<em>tar</em> failed"),
+            ),
+            hostile_bulk(guest, "downloads", None, None),
+        ],
         ..report()
     };
     send(&hub, host, &key, &full(&hostile)).await;
@@ -703,6 +712,49 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
         "{host_page}"
     );
     assert!(!host_page.contains("<i>chunk") && !host_page.contains("<u>tier"));
+    // The bulk volume table: the signed target, the newest failure as text, and a volume the
+    // plan signs no target for says it is not backed up.
+    assert!(host_page.contains("id=\"bulk-volumes\""), "{host_page}");
+    assert!(
+        host_page.contains("&lt;s&gt;usb&lt;/s&gt;")
+            && host_page.contains("&lt;em&gt;tar&lt;/em&gt; failed")
+            && host_page.contains("no signed target: not backed up")
+            && host_page.contains("bulk-media-2026_11_20-03_00_00.tar"),
+        "{host_page}"
+    );
+    assert!(!host_page.contains("<em>tar") && !host_page.contains("<s>usb"));
+}
+
+/// A bulk volume of `guest`: archived to `signed` (with an archive) or unsigned, its newest
+/// attempt failing with `error`; desired state asks for `<u>nas</u>`.
+fn hostile_bulk(
+    guest: uuid::Uuid,
+    name: &str,
+    signed: Option<&str>,
+    error: Option<&str>,
+) -> bosun_proto::report::BulkVolumeReport {
+    bosun_proto::report::BulkVolumeReport {
+        guest_id: guest,
+        name: name.into(),
+        path: format!("/srv/{name}"),
+        size_gib: 10,
+        class: None,
+        target: Some("<b>bulk</b>".into()),
+        storage_id: None,
+        refused: None,
+        backup: bosun_proto::desired::BulkBackup::Target {
+            target: "<u>nas</u>".into(),
+        },
+        signed_target: signed.map(str::to_owned),
+        last_archive: signed.map(|target| bosun_proto::report::BulkArchiveReport {
+            at: "2026-11-20T03:00:00Z".parse().unwrap(),
+            target: target.into(),
+            name: format!("bulk-{name}-2026_11_20-03_00_00.tar"),
+            size_bytes: 1 << 30,
+            sha256: "ab".repeat(32),
+        }),
+        last_error: error.map(str::to_owned),
+    }
 }
 
 fn assert_security_headers(headers: &HeaderMap, what: &str) {

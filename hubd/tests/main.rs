@@ -13,6 +13,7 @@ mod audit_trail;
 mod auth_limits;
 mod bad_input;
 mod binary;
+mod bulk_alerts;
 mod dashboard;
 mod dashboard_text;
 mod deadman;

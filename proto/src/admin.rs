@@ -543,6 +543,16 @@ pub enum AlertKind {
     /// A failed or overdue verification passes again (resolves `verify_failed`,
     /// `verify_overdue`).
     VerifyRecovered,
+    /// Desired state asks for a bulk volume's own backup (`backup: {kind: target}`) but the
+    /// signed data plan names none for it (`bulk_backups`): nothing archives the volume,
+    /// which every vzdump leaves out (decision 0090).
+    BulkUnprotected,
+    /// The signed plan names a target for a bulk volume again (resolves `bulk_unprotected`).
+    BulkProtected,
+    /// The newest attempt to archive a bulk volume to its signed target failed.
+    BulkBackupFailed,
+    /// A newer archive of a bulk volume landed (resolves `bulk_backup_failed`).
+    BulkBackupRecovered,
 }
 
 impl AlertKind {
@@ -603,6 +613,10 @@ impl AlertKind {
             Self::VerifyFailed => "verify_failed",
             Self::VerifyOverdue => "verify_overdue",
             Self::VerifyRecovered => "verify_recovered",
+            Self::BulkUnprotected => "bulk_unprotected",
+            Self::BulkProtected => "bulk_protected",
+            Self::BulkBackupFailed => "bulk_backup_failed",
+            Self::BulkBackupRecovered => "bulk_backup_recovered",
         }
     }
 }
@@ -646,7 +660,7 @@ pub struct OpenAlert {
     /// overdue host.
     pub subject: String,
     /// The subject as an operator reads it, when it names a guest by id: the guest's hostname
-    /// from the host's last report (`web1`, `web1@pbs1`). Absent when the subject is already
+    /// from the host's last report (`web1`, `web1@pbs1`, `web1/media`). Absent when the subject is already
     /// a name, or the report names no such guest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject_name: Option<String>,

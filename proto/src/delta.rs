@@ -236,6 +236,9 @@ impl ReportDelta {
         if let Some(verifications) = &self.verifications {
             crate::verify::validate_reports(verifications)?;
         }
+        if let Some(volumes) = &self.bulk_volumes {
+            crate::report_bulk::validate_volumes(volumes)?;
+        }
         if let Some(health) = &self.host_health {
             health.validate()?;
         }

@@ -71,6 +71,7 @@ pub mod oplog;
 pub mod poll;
 pub mod refused;
 pub mod report;
+mod report_bulk;
 mod report_text;
 pub mod retention;
 pub mod rollup;

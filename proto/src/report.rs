@@ -16,6 +16,7 @@ use crate::desired::{
 use crate::health::HostHealth;
 use crate::validate::{self, ValidationError};
 
+pub use crate::report_bulk::MAX_REPORTED_BULK_VOLUMES;
 /// The schema name of [`StateReport`].
 pub use crate::schema_ids::STATE_REPORT as SCHEMA;
 /// Most audit entries one report may carry.
@@ -93,6 +94,7 @@ pub struct StateReport {
     pub tiers: Vec<TierReport>,
     /// Every guest's bulk volumes, which vzdump leaves out, with their own backup decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8000))]
     pub bulk_volumes: Vec<BulkVolumeReport>,
     /// CPU, memory and disk against the agent's thresholds, and SMART readings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,6 +144,7 @@ pub struct BulkVolumeReport {
     /// one (decision 0090): the only target it is ever archived to. Absent: no archive is
     /// taken, whatever `backup` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub signed_target: Option<String>,
     /// Its newest archive, once one was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +152,7 @@ pub struct BulkVolumeReport {
     /// Why the newest attempt to archive it failed, when it did (at most
     /// [`crate::verify::MAX_DETAIL_CHARS`] characters, no control characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 200))]
     pub last_error: Option<String>,
 }
 
@@ -159,12 +163,19 @@ pub struct BulkArchiveReport {
     /// When it was written.
     pub at: Timestamp,
     /// The target it is on (`durable_id`).
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub target: String,
-    /// Its file name in the volume's directory on the target.
+    /// Its file name in the volume's directory on the target:
+    /// `bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`, as the helper names it.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 255, pattern = "^bulk-[a-z0-9-]+-[0-9_-]+\\.tar$")
+    )]
     pub name: String,
     /// Its size in bytes.
     pub size_bytes: u64,
     /// SHA-256 of its bytes, lowercase hex.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub sha256: String,
 }
 
@@ -661,6 +672,7 @@ impl StateReport {
         check_guests(&self.guests)?;
         validate::count("restore_tests", self.restore_tests.len(), MAX_RESTORE_TESTS)?;
         crate::verify::validate_reports(&self.verifications)?;
+        crate::report_bulk::validate_volumes(&self.bulk_volumes)?;
         if let Some(host) = &self.host {
             check_host(host)?;
         }

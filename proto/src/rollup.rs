@@ -76,7 +76,9 @@ impl HealthLevel {
             | AlertKind::GuestUsageRecovered
             | AlertKind::DiskRecovered
             | AlertKind::PoolFillRecovered
-            | AlertKind::VerifyRecovered => None,
+            | AlertKind::VerifyRecovered
+            | AlertKind::BulkProtected
+            | AlertKind::BulkBackupRecovered => None,
             AlertKind::GoldenRefused
             | AlertKind::GoldenVerifyFailed
             | AlertKind::StorageRefused
@@ -85,6 +87,7 @@ impl HealthLevel {
             | AlertKind::BackupOverdue
             | AlertKind::RestoreTestOverdue
             | AlertKind::VerifyOverdue
+            | AlertKind::BulkUnprotected
             | AlertKind::HostCpuHigh
             | AlertKind::HostMemoryHigh
             | AlertKind::GuestOrphaned
@@ -104,6 +107,7 @@ impl HealthLevel {
             | AlertKind::BackupFailed
             | AlertKind::RestoreTestFailed
             | AlertKind::VerifyFailed
+            | AlertKind::BulkBackupFailed
             | AlertKind::EscrowMissing
             | AlertKind::ControllerRolledBack
             | AlertKind::ControllerBroken

@@ -1,8 +1,7 @@
 //! Which parts of a report the hub judges, so a delta that changes none of them (a live host's
-//! CPU and memory figures, its versions, the bulk volumes) is stored without judging the host
-//! again: it cannot open or resolve a guest, storage, backup, restore-test, verification,
-//! escrow or health
-//! alert. Time-driven alerts (overdue backups and restore tests) are
+//! CPU and memory figures, its versions, a bulk volume's size or newest good archive) is stored
+//! without judging the host again: it cannot open or resolve a guest, storage, backup,
+//! restore-test, verification, escrow, health or bulk-backup alert. Time-driven alerts (overdue backups and restore tests) are
 //! the backup sweep's, as for a heartbeat.
 
 use bosun_proto::delta::ReportDelta;
@@ -12,9 +11,10 @@ use super::health;
 
 /// Whether merging `delta` into `base` (giving `merged`) may change what [`super::plan`] reads
 /// of the stored report: the guests, storage, backups, restore
-/// tests, tiers, or the host's health and tunnel. Health and tunnel figures move on almost
-/// every poll of a live host; they count only when what raises or clears `host_*_high`,
-/// `smart_failing` or `tunnel_down` differs ([`health::verdict`]).
+/// tests, tiers, or the host's health, tunnel and bulk volumes. Health and tunnel figures move
+/// on almost every poll of a live host; they count only when what raises or clears
+/// `host_*_high`, `smart_failing`, `tunnel_down`, `bulk_unprotected` or `bulk_backup_failed`
+/// differs ([`health::verdict`]).
 pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateReport) -> bool {
     // Destructured whole: a new report field must be sorted into one side or the other.
     let ReportDelta {
@@ -24,7 +24,6 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         host: _,
         host_unread: _,
         versions: _,
-        bulk_volumes: _,
         // Shown, never judged: what the plan refuses arrives as audit entries.
         data_plan: _,
         // Shown, never judged: the host's sync state, not a condition of its own.
@@ -43,6 +42,7 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         verifications,
         tunnel,
         host_health,
+        bulk_volumes,
     } = delta;
     !guests.is_empty()
         || !removed_guests.is_empty()
@@ -52,7 +52,7 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         || tiers.is_some()
         || restore_tests.is_some()
         || verifications.is_some()
-        || ((tunnel.is_some() || host_health.is_some())
+        || ((tunnel.is_some() || host_health.is_some() || bulk_volumes.is_some())
             && health::verdict(base) != health::verdict(merged))
 }
 
@@ -265,5 +265,45 @@ mod tests {
         for (what, change) in changes {
             assert!(judged_after(&example(), change), "{what} must be judged");
         }
+    }
+
+    /// `example()` with one bulk volume archived to the target the plan signs for it.
+    fn with_bulk() -> StateReport {
+        let mut report = example();
+        report.bulk_volumes = vec![bosun_proto::report::BulkVolumeReport {
+            guest_id: uuid::Uuid::from_u128(0xb1),
+            name: "media".into(),
+            path: "/srv/media".into(),
+            size_gib: 100,
+            class: None,
+            target: Some("nas-media".into()),
+            storage_id: None,
+            refused: None,
+            backup: bosun_proto::desired::BulkBackup::Target {
+                target: "usb1".into(),
+            },
+            signed_target: Some("usb1".into()),
+            last_archive: None,
+            last_error: None,
+        }];
+        report
+    }
+
+    #[test]
+    fn bulk_volumes_are_judged_when_they_raise_or_clear() {
+        assert!(!judged_after(&with_bulk(), |r| r.bulk_volumes[0].size_gib = 200));
+        assert!(
+            judged_after(&with_bulk(), |r| r.bulk_volumes[0].last_error =
+                Some("tar".into())),
+            "a failed attempt must be judged"
+        );
+        assert!(
+            judged_after(&with_bulk(), |r| r.bulk_volumes[0].signed_target = None),
+            "a signed target gone must be judged"
+        );
+        assert!(
+            judged_after(&with_bulk(), |r| drop(r.bulk_volumes.pop())),
+            "a volume gone must be judged"
+        );
     }
 }

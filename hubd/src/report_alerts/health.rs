@@ -10,7 +10,7 @@
 //! watches it).
 
 use bosun_proto::health::{GaugeHealth, HostHealth, SmartState};
-use bosun_proto::report::{StateReport, TunnelHealth};
+use bosun_proto::report::{BulkVolumeReport, StateReport, TunnelHealth};
 
 use super::{Condition, OpenWatch, WatchKind, bounded};
 
@@ -46,27 +46,34 @@ fn gauges_of(health: Option<&HostHealth>) -> [(WatchKind, &'static str, Option<&
     ]
 }
 
-/// What of a report's host health and tunnel the alerts follow: for each gauge whether it is
-/// reported and raised, each watched disk's SMART state, and whether the tunnel is reported
-/// and raised. Readings that change none of these (a gauge's usage, load averages, when a disk
-/// was read, the tunnel's detail) cannot open or resolve an alert.
+/// What of a report's live part (host health, tunnel, bulk volumes) the alerts follow: for
+/// each gauge whether it is reported and raised, each watched disk's SMART state, whether the
+/// tunnel is reported and raised, and each bulk volume's [`super::bulk::verdict_of`]. Readings
+/// that change none of these (a gauge's usage, load averages, when a disk was read, the
+/// tunnel's detail, a bulk volume's newest good archive) cannot open or resolve an alert.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Verdict<'a> {
     gauges: [Option<bool>; 3],
     smart: Vec<(&'a str, SmartState)>,
     tunnel: Option<bool>,
     hardware: super::hardware::HardwareVerdict,
+    bulk: Vec<(uuid::Uuid, &'a str, bool, bool)>,
 }
 
 /// The [`Verdict`] of `report`.
 pub fn verdict(report: &StateReport) -> Verdict<'_> {
-    verdict_of(report.host_health.as_ref(), report.tunnel.as_ref())
+    verdict_of(
+        report.host_health.as_ref(),
+        report.tunnel.as_ref(),
+        &report.bulk_volumes,
+    )
 }
 
-/// The [`Verdict`] of a report's host health and tunnel.
+/// The [`Verdict`] of a report's host health, tunnel and bulk volumes.
 pub fn verdict_of<'a>(
     health: Option<&'a HostHealth>,
     tunnel: Option<&TunnelHealth>,
+    bulk: &'a [BulkVolumeReport],
 ) -> Verdict<'a> {
     Verdict {
         gauges: gauges_of(health).map(|(_, _, gauge)| gauge.map(|g| g.raised)),
@@ -77,6 +84,7 @@ pub fn verdict_of<'a>(
             .collect(),
         tunnel: tunnel.map(|t| t.raised),
         hardware: super::hardware::verdict_of(health),
+        bulk: super::bulk::verdict_of(bulk),
     }
 }
 

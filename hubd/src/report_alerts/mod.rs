@@ -1,5 +1,5 @@
 //! Alerts the hub derives from what a host reports about its guests, storage, backups, restore
-//! tests and PBS key escrow, planned as a pure function from (the open alerts, the merged report, the hub's own
+//! tests, bulk volumes' own backups and PBS key escrow, planned as a pure function from (the open alerts, the merged report, the hub's own
 //! records of the host, now) to what opens and what resolves. The hub's records
 //! ([`HubRecords`]) are the host's desired state, the last good backups and passing restore
 //! tests it remembers, since when it expects each guest's restore tests, and the key its escrow
@@ -17,6 +17,8 @@
 //! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_results`]) | a passing one arrives (`restore_test_recovered`) |
 //! | `verify_failed` | the newest PBS verification of a (guest, tier) failed: PBS found a chunk missing or damaged ([`verify`]) | a newer one is ok (`verify_recovered`) |
 //! | `verify_overdue` | verification is on (desired state held to the signed plan's `verify_hours`) and a (guest, tier) has had no ok verification for more than twice the interval | an ok one arrives (`verify_recovered`) |
+//! | `bulk_unprotected` | a bulk volume's desired decision is `backup: {kind: target}` and the report names no signed target for it: the signed plan's `bulk_backups` does not name it, so nothing archives it ([`bulk`]) | the report names a signed target (`bulk_protected`) |
+//! | `bulk_backup_failed` | the newest attempt to archive a bulk volume failed (`last_error`) | a newer archive lands (`bulk_backup_recovered`) |
 //! | `escrow_missing` | the host has a PBS tier or PBS target and the hub holds no escrow blob of the key it reports ([`escrow`]) | a blob wrapping the reported key is stored (`escrow_verified`) |
 //! | `host_cpu_high`, `host_memory_high`, `host_disk_high` | the report's gauge is `raised` (the agent's hysteresis: `samples` readings at or above `high`) ([`health`]) | the gauge is reported not raised (at or below `low`) (`host_usage_recovered`) |
 //! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
@@ -41,6 +43,7 @@
 
 pub mod audit;
 mod backups;
+pub mod bulk;
 pub mod controllers;
 mod delta_scope;
 pub mod escrow;
@@ -145,6 +148,7 @@ pub fn conditions(
     out.extend(restore_results::overdue(hostname, report, records, now));
     out.extend(verify::failed(hostname, report));
     out.extend(verify::overdue(hostname, report, records, now));
+    out.extend(bulk::conditions(hostname, report));
     out.extend(escrow::missing(hostname, report, records));
     out.extend(health::conditions(hostname, report));
     out.extend(guests::conditions(hostname, report));
@@ -300,6 +304,9 @@ fn resolution(
         WatchKind::EscrowMissing => escrow::resolution(hostname, open, report, records),
         WatchKind::VerifyFailed | WatchKind::VerifyOverdue => {
             verify::resolution(hostname, open, report)
+        }
+        WatchKind::BulkUnprotected | WatchKind::BulkBackupFailed => {
+            bulk::resolution(hostname, open, report)
         }
         WatchKind::HostCpuHigh
         | WatchKind::HostMemoryHigh

@@ -66,11 +66,15 @@ pub enum WatchKind {
     VerifyFailed,
     /// A guest's group on a tier has had no ok verification for twice the interval.
     VerifyOverdue,
+    /// Desired state asks for a bulk volume's own backup the signed plan does not name.
+    BulkUnprotected,
+    /// The newest attempt to archive a bulk volume failed.
+    BulkBackupFailed,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 27] = [
         Self::StorageLost,
         Self::StorageRefused,
         Self::BackupFailed,
@@ -96,6 +100,8 @@ impl WatchKind {
         Self::PoolFillHigh,
         Self::VerifyFailed,
         Self::VerifyOverdue,
+        Self::BulkUnprotected,
+        Self::BulkBackupFailed,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -126,6 +132,8 @@ impl WatchKind {
             Self::PoolFillHigh => "pool_fill_high",
             Self::VerifyFailed => "verify_failed",
             Self::VerifyOverdue => "verify_overdue",
+            Self::BulkUnprotected => "bulk_unprotected",
+            Self::BulkBackupFailed => "bulk_backup_failed",
         }
     }
 
@@ -162,6 +170,8 @@ impl WatchKind {
             Self::PoolFillHigh => AlertKind::PoolFillHigh,
             Self::VerifyFailed => AlertKind::VerifyFailed,
             Self::VerifyOverdue => AlertKind::VerifyOverdue,
+            Self::BulkUnprotected => AlertKind::BulkUnprotected,
+            Self::BulkBackupFailed => AlertKind::BulkBackupFailed,
         }
     }
 
@@ -187,6 +197,8 @@ impl WatchKind {
             Self::DiskFailing | Self::DiskWorn => AlertKind::DiskRecovered,
             Self::PoolFillHigh => AlertKind::PoolFillRecovered,
             Self::VerifyFailed | Self::VerifyOverdue => AlertKind::VerifyRecovered,
+            Self::BulkUnprotected => AlertKind::BulkProtected,
+            Self::BulkBackupFailed => AlertKind::BulkBackupRecovered,
         }
     }
 
@@ -210,6 +222,8 @@ impl WatchKind {
             Self::DiskFailing | Self::DiskWorn => "disk_recovered",
             Self::PoolFillHigh => "pool_fill_recovered",
             Self::VerifyFailed | Self::VerifyOverdue => "verify_recovered",
+            Self::BulkUnprotected => "bulk_protected",
+            Self::BulkBackupFailed => "bulk_backup_recovered",
         }
     }
 
@@ -241,6 +255,8 @@ impl WatchKind {
             Self::PoolFillHigh => "pool_fill_high_cleared",
             Self::VerifyFailed => "verify_failed_cleared",
             Self::VerifyOverdue => "verify_overdue_cleared",
+            Self::BulkUnprotected => "bulk_unprotected_cleared",
+            Self::BulkBackupFailed => "bulk_backup_failed_cleared",
         }
     }
 }
@@ -257,7 +273,8 @@ pub struct Condition {
     /// Bosun does not manage) for a guest ([`guests::guest_subject`](super::guests::guest_subject)),
     /// the guest id for a guest's gauge, the device for a disk, `<kind>:<name>` for a pool
     /// ([`hardware`](super::hardware)), `guest_id@tier` for a verification
-    /// ([`verify`](super::verify)).
+    /// ([`verify`](super::verify)), `guest_id/volume` for a bulk volume
+    /// ([`bulk`](super::bulk)).
     pub subject: String,
     /// Human text.
     pub message: String,

@@ -42,14 +42,15 @@ fn open_alerts(tx: Tx<'_, '_>, host: Option<&str>, now_ms: i64) -> StoreResult<V
     Ok(open)
 }
 
-/// Gives each open alert whose subject is a guest's id (alone or before `@target`) that
-/// guest's hostname from its host's last report, reading each such host's report once. The
-/// hostname is the agent's text: the views escape it like every other remote string.
+/// Gives each open alert whose subject is a guest's id (alone, before `@target`, or before
+/// `/volume`) that guest's hostname from its host's last report, reading each such host's
+/// report once. The hostname is the agent's text: the views escape it like every other remote
+/// string.
 fn name_guest_subjects(tx: Tx<'_, '_>, open: &mut [OpenAlert]) -> StoreResult<()> {
     let mut names: HashMap<uuid::Uuid, HashMap<uuid::Uuid, String>> = HashMap::new();
     for alert in open.iter_mut() {
-        let (head, rest) = match alert.subject.split_once('@') {
-            Some((head, rest)) => (head, Some(rest)),
+        let (head, rest) = match alert.subject.find(['@', '/']) {
+            Some(at) => (&alert.subject[..at], Some(&alert.subject[at..])),
             None => (alert.subject.as_str(), None),
         };
         let Ok(guest) = uuid::Uuid::try_parse(head) else {
@@ -63,7 +64,7 @@ fn name_guest_subjects(tx: Tx<'_, '_>, open: &mut [OpenAlert]) -> StoreResult<()
             Entry::Vacant(slot) => slot.insert(guest_names(tx, alert.host_id)?),
         };
         alert.subject_name = guests.get(&guest).map(|name| match rest {
-            Some(rest) => format!("{name}@{rest}"),
+            Some(rest) => format!("{name}{rest}"),
             None => name.clone(),
         });
     }

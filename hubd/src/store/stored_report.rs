@@ -6,7 +6,7 @@
 //!   the live part (guests, storage, backups, restore tests, tiers).
 //! - The **live part** (`hosts.live`): [`Live`], the sections that move on nearly every poll
 //!   of a live host and that the alerts weigh only through their verdict
-//!   ([`health::verdict_of`]): the host's figures and health, its versions, its tunnel, its
+//!   ([`health::verdict_of`], which follows each bulk volume's own backup too): the host's figures and health, its versions, its tunnel, its
 //!   bulk volumes and its data plan. They replace the base's own copies, which may be stale.
 //!   NULL: the base's are current (a report stored before the parts were split).
 //!
@@ -97,7 +97,11 @@ impl Live {
 
     /// What of it the alerts follow.
     pub fn verdict(&self) -> Verdict<'_> {
-        health::verdict_of(self.host_health.as_ref(), self.tunnel.as_ref())
+        health::verdict_of(
+            self.host_health.as_ref(),
+            self.tunnel.as_ref(),
+            &self.bulk_volumes,
+        )
     }
 
     /// Its stored text.

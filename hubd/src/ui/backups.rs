@@ -133,7 +133,7 @@ pub(crate) fn tiers(host: &HostDetail, now: Timestamp) -> Markup {
 }
 
 /// `1.5 GiB`, `300 MiB`, `12 KiB`.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes;
     let mut tenths = 0;

@@ -1,6 +1,7 @@
 //! `GET /ui/hosts/{host_id}`: one host — its state and versions, its health and the last
 //! day's history as charts, its guests (desired and current, with the generation the agent
-//! last applied), backups per tier with their ages, restore tests, storage targets, alerts,
+//! last applied), backups per tier with their ages, restore tests, bulk volumes' own backups,
+//! storage targets, alerts,
 //! jobs with their results, recent events and its audit trail (the newest entries;
 //! `?audit_before=CURSOR` pages to older ones).
 
@@ -14,7 +15,7 @@ use maud::{Markup, html};
 
 use super::error::UiError;
 use super::layout::{self, Nav};
-use super::{Ui, audit, backups, health, history, logs, verify};
+use super::{Ui, audit, backups, bulk, health, history, logs, verify};
 use crate::store::EventQuery;
 use crate::store::dashboard::{DashboardFacts, DashboardQuery};
 
@@ -89,6 +90,8 @@ pub(crate) async fn page(
         (backups::restore_tests(host, now))
         h2 { "PBS verification" }
         (verify::section(host, now))
+        h2 { "Bulk volumes" }
+        (bulk::section(host, now))
         h2 { "Golden base" }
         (super::golden::section(host, now))
         h2 { "Storage targets" }

@@ -22,6 +22,7 @@
 mod assets;
 mod audit;
 mod backups;
+mod bulk;
 mod error;
 mod fleet;
 mod golden;
