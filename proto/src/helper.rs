@@ -9,11 +9,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod bulk;
 pub mod recipe;
 pub mod stamp;
 mod types;
 mod unit;
 
+pub use bulk::{BULK_TAR_ARGV, bulk_archive_name, is_bulk_archive_name};
 pub use types::{
     AgentVersion, ArchiveBytes, ArchiveName, ArchiveSeconds, BlockDevice, BootstrapDocument,
     BridgeName, CheckSeconds, DiskGib, DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef,
