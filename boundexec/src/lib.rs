@@ -167,12 +167,18 @@ impl Drain {
 
     /// What was read, once the reader ended or `grace` passed (whichever is first).
     pub fn finish(self, grace: Duration) -> Kept {
-        let until = Instant::now() + grace;
-        while !self.thread.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_for(&self.thread, grace);
         std::mem::take(&mut *self.kept.lock().unwrap_or_else(PoisonError::into_inner))
     }
+}
+
+/// Waits until `thread` finished or `grace` passed; whether it finished.
+fn wait_for<T>(thread: &JoinHandle<T>, grace: Duration) -> bool {
+    let until = Instant::now() + grace;
+    while !thread.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    thread.is_finished()
 }
 
 /// Runs `command` within `limits` (see the crate docs). Its stdin, stdout, stderr and process
@@ -305,20 +311,15 @@ fn run_piped(
     // ESRCH: the group is already empty.
     let _ = rustix::process::kill_process_group(pid, Signal::KILL);
     let status = child.wait().map_err(wait_err)?;
-    let written = copier.map(|thread| {
-        let until = Instant::now() + READ_GRACE;
-        while !thread.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        match thread.is_finished().then(|| thread.join()) {
-            Some(Ok(written)) => written,
-            _ => Written {
-                error: Some(std::io::Error::other(
-                    "its output stayed open after it ended",
-                )),
-                ..Written::default()
-            },
-        }
+    let lost = |why: &str| Written {
+        error: Some(std::io::Error::other(why.to_owned())),
+        ..Written::default()
+    };
+    let written = copier.map(|thread| match wait_for(&thread, READ_GRACE) {
+        true => thread
+            .join()
+            .unwrap_or_else(|_| lost("the copy into the file panicked")),
+        false => lost("its output stayed open after it ended"),
     });
     let ran = Ran {
         status: ended.then_some(status),

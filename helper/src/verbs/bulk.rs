@@ -43,13 +43,14 @@ pub fn archive(args: &BulkArchive, config: &Config) -> Result<Output, HelperErro
         return Err(HelperError::not_found("mount point of the guest", path));
     }
     let (root, below) = backup_root(config, Path::new(args.storage_dir.as_str()))?;
-    let storage = open_root(root)?.child(
-        below.to_str().filter(|b| !b.is_empty()).unwrap_or("."),
-        false,
-    )?;
-    let storage =
+    let (root, below) = (open_root(root)?, below.to_str().unwrap_or_default());
+    let storage = if below.is_empty() {
+        Some(root)
+    } else {
+        root.child(below, false)?
+    };
+    let mut dir =
         storage.ok_or_else(|| HelperError::not_found("storage directory", &args.storage_dir))?;
-    let mut dir = storage;
     for name in [BULK_DIR, &args.guest_id.to_string(), args.volume.as_str()] {
         dir = dir.ensure_child(name, 0o700, false)?.0;
     }
