@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod sim;
+
 use bosun_proto::helper::{Response, VerbName};
 use serde_json::Value;
 
