@@ -161,9 +161,8 @@ fn the_volume_is_archived_beneath_its_storage_and_older_archives_past_keep_last_
     let archive = PathBuf::from(archive);
     assert_eq!(archive.parent(), Some(dir.as_path()));
     let name = archive.file_name().unwrap().to_str().unwrap().to_owned();
-    let volume = bosun_proto::helper::VolumeName::new("media").unwrap();
     assert!(
-        bosun_proto::helper::is_bulk_archive_name(&volume, &name),
+        bosun_proto::helper::is_bulk_archive_name("media", &name),
         "{name}"
     );
     let bytes = std::fs::read(&archive).unwrap();
@@ -364,12 +363,11 @@ fn an_archive_past_its_bytes_or_time_or_onto_an_existing_name_fails_and_leaves_n
     let bulk = Bulk::new(GUEST_TAR);
     let dir = bulk.volume_dir();
     std::fs::create_dir_all(&dir).unwrap();
-    let volume = bosun_proto::helper::VolumeName::new("media").unwrap();
     let now = std::time::SystemTime::now();
     let taken: Vec<String> = (0..20)
         .map(|s| {
             let at = now + std::time::Duration::from_secs(s);
-            bosun_proto::helper::bulk_archive_name(&volume, at)
+            bosun_proto::helper::bulk_archive_name("media", at)
         })
         .chain(["bulk-media-2020_01_01-00_00_00.tar".to_owned()])
         .collect();

@@ -87,7 +87,7 @@ fn write(
     file.sync_all().map_err(io_error("sync", &path))?;
     rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0)).map_err(io_error("seek", &path))?;
     let (sha256, size) = sha256(file, &path)?;
-    let name = bulk_archive_name(&args.volume, std::time::SystemTime::now());
+    let name = bulk_archive_name(args.volume.as_str(), std::time::SystemTime::now());
     dir.rename(partial, &name, true)?;
     Ok((name, sha256, size))
 }
@@ -105,7 +105,7 @@ fn prune(dir: &Dir, volume: &VolumeName, keep: usize) -> Result<u32, HelperError
     for entry in list {
         let entry = entry.map_err(io_error("list", &dir.path))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if is_bulk_archive_name(volume, &name) {
+        if is_bulk_archive_name(volume.as_str(), &name) {
             archives.push(name);
         } else if name.starts_with(&partial_prefix(volume)) {
             partials.push(name);

@@ -1,11 +1,16 @@
 //! The fixed command line and the file names of `bulk_archive` (decision 0090), shared by the
-//! helper that writes the archives and whoever reads their names back.
+//! helper that writes the archives and whoever reads their names back. Volumes are named by a
+//! `VolumeName`'s text (this file imports nothing of the helper protocol's other modules).
 
 use std::time::SystemTime;
 
 use jiff::Timestamp;
 
-use super::{BULK_ARCHIVE_PREFIX, VolumeName};
+/// The directory beneath a storage's path that holds bulk archives:
+/// `<storage path>/bosun-bulk/<guest id>/<volume>/`.
+pub const BULK_DIR: &str = "bosun-bulk";
+/// What a bulk archive's file name starts with; `<volume>-<YYYY_MM_DD-HH_MM_SS>.tar` follows.
+pub const BULK_ARCHIVE_PREFIX: &str = "bulk-";
 
 /// What `bulk_archive` runs after `pct exec <vmid> --`, followed by `--directory=<path>` and
 /// `.`: the guest's own tar writes the volume's files, as the guest sees them, to its standard
@@ -20,7 +25,7 @@ pub const BULK_TAR_ARGV: [&str; 5] = [
 
 /// The file name of `volume`'s archive taken at `at`: `bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`
 /// (UTC, so names sort as their times).
-pub fn bulk_archive_name(volume: &VolumeName, at: SystemTime) -> String {
+pub fn bulk_archive_name(volume: &str, at: SystemTime) -> String {
     let at = Timestamp::try_from(at).unwrap_or(Timestamp::UNIX_EPOCH);
     let time = at.strftime("%Y_%m_%d-%H_%M_%S");
     format!("{BULK_ARCHIVE_PREFIX}{volume}-{time}.tar")
@@ -28,9 +33,9 @@ pub fn bulk_archive_name(volume: &VolumeName, at: SystemTime) -> String {
 
 /// Whether `name` is a name [`bulk_archive_name`] gives an archive of `volume` (not one of a
 /// volume whose name merely starts the same, not a partial file).
-pub fn is_bulk_archive_name(volume: &VolumeName, name: &str) -> bool {
+pub fn is_bulk_archive_name(volume: &str, name: &str) -> bool {
     let time = name.strip_prefix(BULK_ARCHIVE_PREFIX);
-    let time = time.and_then(|n| n.strip_prefix(volume.as_str()));
+    let time = time.and_then(|n| n.strip_prefix(volume));
     let time = time.and_then(|n| n.strip_prefix('-')?.strip_suffix(".tar"));
     time.is_some_and(|t| {
         t.len() == 19
@@ -48,14 +53,14 @@ mod tests {
 
     #[test]
     fn archive_names_carry_the_utc_time_and_are_told_apart_from_other_volumes() {
-        let media = VolumeName::new("media").unwrap();
+        let media = "media";
         let at = SystemTime::from("2026-02-03T04:05:06Z".parse::<Timestamp>().unwrap());
-        let name = bulk_archive_name(&media, at);
+        let name = bulk_archive_name(media, at);
         assert_eq!(name, "bulk-media-2026_02_03-04_05_06.tar");
-        assert!(is_bulk_archive_name(&media, &name));
-        let old = VolumeName::new("media-old").unwrap();
-        assert!(!is_bulk_archive_name(&media, &bulk_archive_name(&old, at)));
-        assert!(!is_bulk_archive_name(&old, &name));
+        assert!(is_bulk_archive_name(media, &name));
+        let old = "media-old";
+        assert!(!is_bulk_archive_name(media, &bulk_archive_name(old, at)));
+        assert!(!is_bulk_archive_name(old, &name));
         for other in [
             "bulk-media.partial-42",
             "bulk-media-2026_02_03-04_05_06.tar.tmp",
@@ -63,9 +68,9 @@ mod tests {
             "bulk-media-2026_02_03-04_05_0x.tar",
             "media-2026_02_03-04_05_06.tar",
         ] {
-            assert!(!is_bulk_archive_name(&media, other), "{other}");
+            assert!(!is_bulk_archive_name(media, other), "{other}");
         }
         let later = SystemTime::from("2026-11-03T00:00:00Z".parse::<Timestamp>().unwrap());
-        assert!(name < bulk_archive_name(&media, later));
+        assert!(name < bulk_archive_name(media, later));
     }
 }
