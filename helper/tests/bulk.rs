@@ -338,7 +338,8 @@ fn an_archive_past_its_bytes_or_time_or_onto_an_existing_name_fails_and_leaves_n
     small["max_bytes"] = 4096.into();
     let message = failed(&bulk.call(small));
     assert!(message.contains("more than 4096 bytes"), "{message}");
-    assert!(names(&bulk.volume_dir()).is_empty());
+    // The directories the failed run made are gone too: the storage is as it was.
+    assert!(names(&bulk.storage).is_empty());
 
     // Past its time: a tar that writes a little, then hangs.
     let hanging = r#"/usr/bin/tar) printf 'partial tar bytes'; sleep 300 ;;"#;
@@ -346,10 +347,20 @@ fn an_archive_past_its_bytes_or_time_or_onto_an_existing_name_fails_and_leaves_n
     let mut quick = args(&bulk.storage);
     quick["timeout_secs"] = 2.into();
     let started = std::time::Instant::now();
+    // The guest's directory of another volume stays; the failed one's own is removed.
+    let other = bulk
+        .storage
+        .join("bosun-bulk")
+        .join(DOC_GUEST)
+        .join("music");
+    std::fs::create_dir_all(&other).unwrap();
     let message = failed(&bulk.call(quick));
     assert!(message.contains("no end within 2s"), "{message}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
-    assert!(names(&bulk.volume_dir()).is_empty());
+    assert_eq!(
+        names(&bulk.storage.join("bosun-bulk").join(DOC_GUEST)),
+        ["music"]
+    );
 
     // A tar that fails inside the guest (its directory is gone).
     let bulk = Bulk::new(GUEST_TAR);

@@ -51,14 +51,20 @@ pub fn archive(args: &BulkArchive, config: &Config) -> Result<Output, HelperErro
     };
     let mut dir =
         storage.ok_or_else(|| HelperError::not_found("storage directory", &args.storage_dir))?;
+    let mut made = Vec::new();
     for name in [BULK_DIR, &args.guest_id.to_string(), args.volume.as_str()] {
-        dir = dir.ensure_child(name, 0o700, false)?.0;
+        let (child, created) = dir.ensure_child(name, 0o700, false)?;
+        made.push((std::mem::replace(&mut dir, child), name.to_owned(), created));
     }
     let partial = format!("{}{}", partial_prefix(&args.volume), std::process::id());
-    let file = dir.create(&partial, 0o600, true)?;
-    let written = write(args, config, &dir, (&partial, file));
+    let file = dir.create(&partial, 0o600, true);
+    let written = file.and_then(|file| write(args, config, &dir, (&partial, file)));
     if written.is_err() {
+        // Nothing of the failed run stays: its partial file, then the directories it made.
         let _ = dir.remove(&partial);
+        for (parent, name, _) in made.iter().rev().filter(|(_, _, created)| *created) {
+            let _ = parent.remove_child(name);
+        }
     }
     let (archive, sha256, size) = written?;
     let removed = prune(&dir, &args.volume, usize::from(args.keep_last.get()))?;
