@@ -53,31 +53,22 @@ fn plain_device(device: &str) -> bool {
 fn resolve_uuid(blkid: &Path, uuid: &str, secs: u64) -> Result<BlkidMatch, HelperError> {
     let token = format!("UUID={uuid}");
     // blkid exits 2 when nothing matches.
-    let out = exec::run(
-        blkid,
-        &["-c", "/dev/null", "-o", "export", "-t", token.as_str()],
-        secs,
-        &[0, 2],
-    )?;
+    let args = ["-c", "/dev/null", "-o", "export", "-t", token.as_str()];
+    let out = exec::run(blkid, &args, secs, &[0, 2])?;
     let mut matches = parse_blkid_export(&out.stdout.text());
     matches.sort_by(|a, b| a.device.cmp(&b.device));
     matches.dedup_by(|a, b| a.device == b.device);
     match matches.len() {
         0 => Err(HelperError::not_found("filesystem with uuid", uuid)),
+        1 if plain_device(&matches[0].device) => Ok(matches.remove(0)),
         1 => {
-            let m = matches.remove(0);
-            if !plain_device(&m.device) {
-                return Err(HelperError::ProgramOutput(
-                    blkid.into(),
-                    format!("unexpected device name {:?}", m.device),
-                ));
-            }
-            Ok(m)
+            let detail = format!("unexpected device name {:?}", matches[0].device);
+            Err(HelperError::ProgramOutput(blkid.into(), detail))
         }
-        _ => Err(HelperError::AmbiguousUuid(
-            uuid.into(),
-            matches.into_iter().map(|m| m.device).collect(),
-        )),
+        _ => {
+            let devices = matches.into_iter().map(|m| m.device).collect();
+            Err(HelperError::AmbiguousUuid(uuid.into(), devices))
+        }
     }
 }
 
@@ -139,7 +130,6 @@ pub fn unmount(args: &Unmount, config: &Config) -> Result<Output, HelperError> {
     fsops::unmount_child(&root, name)?;
     // The directory was made for the mount; an unexpected leftover stays.
     let _ = root.remove_child(name);
-    Ok(Output::Unmounted {
-        target: path.display().to_string(),
-    })
+    let target = path.display().to_string();
+    Ok(Output::Unmounted { target })
 }
