@@ -12,9 +12,10 @@
 //! Memory stays bounded by `2 × keep` plus two read buffers, whatever the program writes; time by
 //! `time` plus a short grace for the readers ([`READ_GRACE`]).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -166,17 +167,92 @@ impl Drain {
 
     /// What was read, once the reader ended or `grace` passed (whichever is first).
     pub fn finish(self, grace: Duration) -> Kept {
-        let until = Instant::now() + grace;
-        while !self.thread.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_for(&self.thread, grace);
         std::mem::take(&mut *self.kept.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
+/// Waits until `thread` finished or `grace` passed; whether it finished.
+fn wait_for<T>(thread: &JoinHandle<T>, grace: Duration) -> bool {
+    let until = Instant::now() + grace;
+    while !thread.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    thread.is_finished()
+}
+
 /// Runs `command` within `limits` (see the crate docs). Its stdin, stdout, stderr and process
 /// group are set here; everything else (program, arguments, environment) is the caller's.
-pub fn run(mut command: Command, streams: Streams, limits: Limits) -> Result<Ran, ExecError> {
+pub fn run(command: Command, streams: Streams, limits: Limits) -> Result<Ran, ExecError> {
+    run_piped(command, streams, limits, None).map(|(ran, _)| ran)
+}
+
+/// What [`run_to_file`] wrote.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Bytes written into the file.
+    pub bytes: u64,
+    /// The program wrote more than the limit: the rest was not written and its group killed.
+    pub over: bool,
+    /// Writing into the file failed (the group was killed), or the program's output was still
+    /// open [`READ_GRACE`] after the group was killed.
+    pub error: Option<std::io::Error>,
+}
+
+/// [`run`] with the program's stdout written into `file` (its stderr kept as [`run`] keeps
+/// it), at most `max` bytes: a byte more, or a failed write, ends the call at once, the whole
+/// group killed as at the time limit ([`Written::over`], [`Written::error`]).
+pub fn run_to_file(
+    command: Command,
+    file: std::fs::File,
+    max: u64,
+    limits: Limits,
+) -> Result<(Ran, Written), ExecError> {
+    let (ran, written) = run_piped(command, Streams::Separate, limits, Some((file, max)))?;
+    Ok((ran, written.unwrap_or_default()))
+}
+
+/// Copies `reader` into `file` until its end, `max` bytes at most; sets `stop` when it stops
+/// early.
+fn copy_bounded(
+    mut reader: impl Read,
+    mut file: std::fs::File,
+    max: u64,
+    stop: &AtomicBool,
+) -> Written {
+    let mut written = Written::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                written.error = Some(e);
+                break;
+            }
+        };
+        if written.bytes + n as u64 > max {
+            written.over = true;
+            break;
+        }
+        if let Err(e) = file.write_all(&buf[..n]) {
+            written.error = Some(e);
+            break;
+        }
+        written.bytes += n as u64;
+    }
+    stop.store(written.over || written.error.is_some(), Ordering::SeqCst);
+    written
+}
+
+/// [`run`], or [`run_to_file`] when `sink` names the file and its limit.
+fn run_piped(
+    mut command: Command,
+    streams: Streams,
+    limits: Limits,
+    sink: Option<(std::fs::File, u64)>,
+) -> Result<(Ran, Option<Written>), ExecError> {
     let program = command.get_program().to_string_lossy().into_owned();
     let spawn_err = |source| ExecError::Spawn {
         program: program.clone(),
@@ -200,7 +276,15 @@ pub fn run(mut command: Command, streams: Streams, limits: Limits) -> Result<Ran
     // The command holds our copies of the write ends: the readers see the end only without them.
     drop(command);
     let mut child = spawned.map_err(spawn_err)?;
-    let stdout = Drain::start(out_read, limits.keep);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stdout, copier) = match sink {
+        None => (Some(Drain::start(out_read, limits.keep)), None),
+        Some((file, max)) => {
+            let stop = Arc::clone(&stop);
+            let copy = move || copy_bounded(out_read, file, max, &stop);
+            (None, Some(std::thread::spawn(copy)))
+        }
+    };
     let stderr = err_read.map(|r| Drain::start(r, limits.keep));
     let wait_err = |source| ExecError::Wait {
         program: program.clone(),
@@ -216,7 +300,7 @@ pub fn run(mut command: Command, streams: Streams, limits: Limits) -> Result<Ran
         // Looked at without reaping: the leader stays a zombie, so its group id stays ours.
         let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
         let status = rustix::process::waitid(WaitId::Pid(pid), exited);
-        if status.map_err(|e| wait_err(e.into()))?.is_some() {
+        if status.map_err(|e| wait_err(e.into()))?.is_some() || stop.load(Ordering::SeqCst) {
             break true;
         }
         if Instant::now() >= deadline {
@@ -227,13 +311,24 @@ pub fn run(mut command: Command, streams: Streams, limits: Limits) -> Result<Ran
     // ESRCH: the group is already empty.
     let _ = rustix::process::kill_process_group(pid, Signal::KILL);
     let status = child.wait().map_err(wait_err)?;
-    Ok(Ran {
+    let lost = |why: &str| Written {
+        error: Some(std::io::Error::other(why.to_owned())),
+        ..Written::default()
+    };
+    let written = copier.map(|thread| match wait_for(&thread, READ_GRACE) {
+        true => thread
+            .join()
+            .unwrap_or_else(|_| lost("the copy into the file panicked")),
+        false => lost("its output stayed open after it ended"),
+    });
+    let ran = Ran {
         status: ended.then_some(status),
         timed_out: !ended,
-        stdout: stdout.finish(READ_GRACE),
+        stdout: stdout.map_or_else(Kept::default, |d| d.finish(READ_GRACE)),
         stderr: stderr.map_or_else(Kept::default, |d| d.finish(READ_GRACE)),
         elapsed: started.elapsed(),
-    })
+    };
+    Ok((ran, written))
 }
 
 /// [`run`] for a program that writes what it produces into a file it is named: `fifo` (a path

@@ -127,3 +127,51 @@ fn a_program_writing_into_the_fifo_is_drained_within_the_cap() {
         run_into_fifo(sh("exit 4"), &fifo, 10, Streams::Separate, limits(30, 100)).unwrap();
     assert_eq!((ran.code(), kept.bytes.len()), (Some(4), 0));
 }
+
+#[test]
+fn stdout_goes_into_the_file_whole_within_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out");
+    let file = std::fs::File::create(&path).unwrap();
+    let script = "head -c 200000 /dev/zero | tr '\\0' a; echo warn >&2";
+    let (ran, written) = run_to_file(sh(script), file, 200_000, limits(10, 100)).unwrap();
+    assert_eq!(ran.code(), Some(0));
+    assert_eq!(ran.failure(&[0]), None);
+    assert_eq!(ran.stderr.text(), "warn\n");
+    assert!(ran.stdout.bytes.is_empty());
+    assert_eq!((written.bytes, written.over), (200_000, false));
+    assert!(written.error.is_none());
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 200_000);
+    assert!(bytes.iter().all(|&b| b == b'a'));
+}
+
+#[test]
+fn a_byte_past_the_files_limit_ends_the_call_and_kills_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out");
+    let file = std::fs::File::create(&path).unwrap();
+    // The writer ignores SIGPIPE's end: only the kill stops it.
+    let script = "trap '' PIPE; sleep 300 & echo $! > \"$0.pid\"; while :; do echo xxxxxxxx 2>/dev/null; done";
+    let mut command = sh(script);
+    command.arg(&path);
+    let (ran, written) = run_to_file(command, file, 1000, limits(60, 100)).unwrap();
+    assert!(written.over, "{written:?}");
+    assert!(written.bytes <= 1000);
+    assert!(!ran.timed_out);
+    assert!(ran.elapsed < Duration::from_secs(30), "{ran:?}");
+    assert!(std::fs::metadata(&path).unwrap().len() <= 1000);
+    let pid = std::fs::read_to_string(dir.path().join("out.pid")).unwrap();
+    assert!(!alive(pid.trim()), "the group's sleep outlived the call");
+}
+
+#[test]
+fn a_program_writing_into_the_file_past_its_time_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::File::create(dir.path().join("out")).unwrap();
+    let (ran, written) =
+        run_to_file(sh("echo some; sleep 300"), file, 1000, limits(1, 100)).unwrap();
+    assert!(ran.timed_out);
+    assert!(ran.failure(&[0]).is_some());
+    assert_eq!((written.bytes, written.over), (5, false));
+}

@@ -27,12 +27,10 @@ pub enum Transport {
 impl Transport {
     /// Parses the arguments after the program name.
     pub fn from_args(args: &[OsString]) -> Result<Self, HelperError> {
-        let usage = || HelperError::Usage {
-            args: args
-                .iter()
-                .map(|a| a.to_string_lossy().chars().take(64).collect())
-                .collect(),
-        };
+        let shown = args
+            .iter()
+            .map(|a| a.to_string_lossy().chars().take(64).collect());
+        let usage = || HelperError::Usage(shown.clone().collect());
         let [arg] = args else { return Err(usage()) };
         let arg = arg.to_str().ok_or_else(usage)?;
         HelperUnit::from_arg(arg)
@@ -52,10 +50,7 @@ impl Transport {
 
 /// Establishes the caller's uid: the socket peer's credentials, or `SUDO_UID`.
 pub fn caller_uid(transport: Transport, sudo_uid: Option<&OsString>) -> Result<u32, HelperError> {
-    let unknown = |source| HelperError::CallerUnknown {
-        transport: transport.name(),
-        source,
-    };
+    let unknown = |source| HelperError::CallerUnknown(transport.name(), source);
     match transport {
         Transport::Socket { .. } => {
             let cred = rustix::net::sockopt::socket_peercred(std::io::stdin())
@@ -74,15 +69,9 @@ pub fn caller_uid(transport: Transport, sudo_uid: Option<&OsString>) -> Result<u
 
 /// Refuses any caller but the agent user.
 pub fn check(transport: Transport, uid: u32, agent_uid: u32) -> Result<(), HelperError> {
-    if uid == agent_uid {
-        Ok(())
-    } else {
-        Err(HelperError::CallerRejected {
-            transport: transport.name(),
-            uid,
-            expected: agent_uid,
-        })
-    }
+    let (transport, expected) = (transport.name(), agent_uid);
+    let rejected = HelperError::CallerRejected(transport, uid, expected);
+    (uid == agent_uid).then_some(()).ok_or(rejected)
 }
 
 /// Reads one request: bytes up to the first newline or end of input, at most
@@ -90,12 +79,9 @@ pub fn check(transport: Transport, uid: u32, agent_uid: u32) -> Result<(), Helpe
 pub fn read_request(transport: Transport) -> Result<Vec<u8>, HelperError> {
     let stdin = std::io::stdin();
     if matches!(transport, Transport::Socket { .. }) {
-        rustix::net::sockopt::set_socket_timeout(
-            &stdin,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(Duration::from_secs(10)),
-        )
-        .map_err(|e| HelperError::ReadRequest { source: e.into() })?;
+        let (recv, limit) = (rustix::net::sockopt::Timeout::Recv, Duration::from_secs(10));
+        let set = rustix::net::sockopt::set_socket_timeout(&stdin, recv, Some(limit));
+        set.map_err(|e| HelperError::ReadRequest(e.into()))?;
     }
     read_bounded(&mut stdin.lock())
 }
@@ -109,14 +95,13 @@ pub fn read_bounded(input: &mut impl Read) -> Result<Vec<u8>, HelperError> {
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => return Err(HelperError::ReadRequest { source }),
+            Err(source) => return Err(HelperError::ReadRequest(source)),
         }
     }
     let end = buf.iter().position(|b| *b == b'\n').unwrap_or(buf.len());
     if end > MAX_REQUEST_BYTES {
-        return Err(HelperError::Oversized {
-            limit: MAX_REQUEST_BYTES,
-        });
+        let limit = MAX_REQUEST_BYTES;
+        return Err(HelperError::Oversized(limit));
     }
     if buf[end..].iter().any(|b| !b.is_ascii_whitespace()) {
         return Err(HelperError::TrailingData);

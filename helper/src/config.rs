@@ -214,6 +214,10 @@ pub fn load() -> Result<Loaded, ConfigError> {
 /// Loads the configuration at `path` (defaults when it is absent).
 pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
     let config: Config = bosun_rootconf::load_or_default(path)?;
+    let roots = config
+        .backup_roots
+        .iter()
+        .map(|root| ("backup_roots", root));
     for (key, value) in [
         ("mount_root", &config.mount_root),
         ("sysfs_root", &config.sysfs_root),
@@ -229,18 +233,15 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("programs.smartctl", &config.programs.smartctl),
         ("break_glass_root", &config.break_glass_root),
         ("slots_root", &config.slots_root),
-    ] {
+    ]
+    .into_iter()
+    .chain(roots)
+    {
         check_plain_absolute(key, value)?;
         // Root acts in and runs what these name: nobody else may be able to change
         // them. A missing one is reported when a verb needs it.
         if std::fs::symlink_metadata(value).is_ok() {
             check_root_controlled(value)?;
-        }
-    }
-    for root in &config.backup_roots {
-        check_plain_absolute("backup_roots", root)?;
-        if std::fs::symlink_metadata(root).is_ok() {
-            check_root_controlled(root)?;
         }
     }
     // The agent writes the inbox; what the helper copies from it is checked by hash.
@@ -262,14 +263,8 @@ fn check_plain_absolute(key: &'static str, value: &Path) -> Result<(), ConfigErr
         && text
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'/' | b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::BadPath {
-            key,
-            value: value.into(),
-        })
-    }
+    let value = value.into();
+    ok.then_some(()).ok_or(ConfigError::BadPath { key, value })
 }
 
 /// Finds `user`'s uid in a passwd file.

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use bosun_boundexec::Written;
 pub use bosun_boundexec::{Kept, Limits, Ran, Streams};
 
-use crate::error::HelperError;
+use crate::error::{HelperError, io_error};
 
 /// `PATH` handed to every program (they may run their own helpers by name).
 pub const FIXED_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
@@ -22,10 +23,10 @@ const STDERR_TAIL: usize = 2000;
 
 fn command<S: AsRef<OsStr>>(program: &Path, args: &[S]) -> Result<Command, HelperError> {
     if !program.is_absolute() {
-        return Err(HelperError::Spawn {
-            program: program.into(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not absolute"),
-        });
+        return Err(HelperError::Spawn(
+            program.into(),
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not absolute"),
+        ));
     }
     let mut command = Command::new(program);
     command
@@ -44,8 +45,7 @@ pub fn start<S: AsRef<OsStr>>(
     streams: Streams,
     limits: Limits,
 ) -> Result<Ran, HelperError> {
-    bosun_boundexec::run(command(program, args)?, streams, limits)
-        .map_err(|source| HelperError::Exec { source })
+    bosun_boundexec::run(command(program, args)?, streams, limits).map_err(HelperError::Exec)
 }
 
 /// Runs `program args...` for at most `secs` seconds. Success is an exit code in `ok_codes`
@@ -81,8 +81,32 @@ pub fn run_into_fifo<S: AsRef<OsStr>>(
     let command = command(program, args)?;
     let (ran, kept) =
         bosun_boundexec::run_into_fifo(command, fifo, keep, Streams::Separate, limits)
-            .map_err(|source| HelperError::Exec { source })?;
+            .map_err(HelperError::Exec)?;
     Ok((succeeded(program, args, ran, &[0])?, kept))
+}
+
+/// [`run`] for a program whose stdout goes into `file` (at `path`, for messages), at most
+/// `max` bytes (see [`bosun_boundexec::run_to_file`]): more, or a failed write, fails it.
+pub fn run_to_file<S: AsRef<OsStr>>(
+    (program, args): (&Path, &[S]),
+    (file, path): (std::fs::File, &Path),
+    max: u64,
+    time: Duration,
+) -> Result<u64, HelperError> {
+    let limits = Limits { time, keep: KEEP };
+    let (ran, written) = bosun_boundexec::run_to_file(command(program, args)?, file, max, limits)
+        .map_err(HelperError::Exec)?;
+    match written {
+        Written { over: true, .. } => Err(HelperError::ProgramOutput(
+            program.into(),
+            format!("more than {max} bytes on its standard output"),
+        )),
+        Written {
+            error: Some(source),
+            ..
+        } => Err(io_error("write", path)(source)),
+        Written { bytes, .. } => succeeded(program, args, ran, &[0]).map(|_| bytes),
+    }
 }
 
 fn succeeded<S: AsRef<OsStr>>(

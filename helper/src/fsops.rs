@@ -6,7 +6,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use bosun_proto::helper::{FsType, MountClass, MountOption};
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxAttributes, StatxFlags};
+use rustix::fs::StatxFlags;
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags, Stat, StatxAttributes};
 use rustix::mount::{
     FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, UnmountFlags, fsconfig_create,
     fsconfig_set_string, fsmount, fsopen, move_mount, unmount,
@@ -48,12 +49,34 @@ pub fn open_root(path: &Path) -> Result<Dir, HelperError> {
     })
 }
 
+/// Opens the file `name` beneath `dir` (the absolute `name` when `None`) with `flags`, never
+/// through a symlink, and its status.
+pub fn open_file(
+    dir: Option<&Dir>,
+    name: &Path,
+    flags: OFlags,
+) -> Result<(std::fs::File, Stat), HelperError> {
+    let links = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let (at, resolve, path) = match dir {
+        Some(d) => (
+            d.fd.as_fd(),
+            links | ResolveFlags::BENEATH,
+            d.path.join(name),
+        ),
+        None => (rustix::fs::CWD, links, name.to_path_buf()),
+    };
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat2(at, name, flags, Mode::empty(), resolve);
+    let fd = fd.map_err(|e| HelperError::resolve("open", &path, e.into()))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| HelperError::resolve("stat", &path, e.into()))?;
+    Ok((fd.into(), stat))
+}
+
 /// Opens the root directory `path` with `mode`, creating it when missing; it and its parent
 /// must be root-controlled.
 pub fn ensure_root(path: &Path, mode: u32) -> Result<Dir, HelperError> {
-    let controlled = |p: &Path| {
-        crate::config::check_root_controlled(p).map_err(|source| HelperError::Config { source })
-    };
+    let controlled =
+        |p: &Path| crate::config::check_root_controlled(p).map_err(HelperError::Config);
     controlled(path.parent().unwrap_or(path))?;
     match rustix::fs::mkdir(path, Mode::from_raw_mode(mode)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
@@ -98,11 +121,45 @@ impl Dir {
         };
         match self.child(name, path_only)? {
             Some(dir) => Ok((dir, created)),
-            None => Err(HelperError::NotFound {
-                what: "directory",
-                name: self.path.join(name).display().to_string(),
-            }),
+            None => Err(HelperError::not_found(
+                "directory",
+                self.path.join(name).display(),
+            )),
         }
+    }
+
+    /// Creates the file `name` (mode `mode`, fixed whatever the umask) in this directory,
+    /// never through a symlink; `new`: never over an existing file, else truncated.
+    pub fn create(&self, name: &str, mode: u32, new: bool) -> Result<std::fs::File, HelperError> {
+        let path = self.path.join(name);
+        let how = if new { OFlags::EXCL } else { OFlags::TRUNC };
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | how;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode));
+        let fd = fd.map_err(|e| HelperError::resolve("create", &path, e.into()))?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(io_error("chmod", path))?;
+        Ok(fd.into())
+    }
+
+    /// Removes the file `name` from this directory; whether it was there.
+    pub fn remove(&self, name: &str) -> Result<bool, HelperError> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(io_error("remove", self.path.join(name))(e)),
+        }
+    }
+
+    /// Renames `from` to `to` in this directory (`new`: never over an existing `to`), then
+    /// syncs the directory.
+    pub fn rename(&self, from: &str, to: &str, new: bool) -> Result<(), HelperError> {
+        let how = if new {
+            RenameFlags::NOREPLACE
+        } else {
+            RenameFlags::empty()
+        };
+        let renamed = rustix::fs::renameat_with(&self.fd, from, &self.fd, to, how);
+        renamed.map_err(io_error("rename", self.path.join(to)))?;
+        rustix::fs::fsync(&self.fd).map_err(io_error("fsync", &self.path))
     }
 
     /// Removes the empty directory `name` beneath this one.
@@ -131,10 +188,7 @@ pub fn mount_attrs(
     options: &[MountOption],
 ) -> Result<(MountAttrFlags, String), HelperError> {
     if options.contains(&MountOption::Noatime) && options.contains(&MountOption::Relatime) {
-        return Err(HelperError::ConflictingOptions {
-            first: "noatime",
-            second: "relatime",
-        });
+        return Err(HelperError::ConflictingOptions("noatime", "relatime"));
     }
     let mut attrs = MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV;
     let mut names = vec!["nosuid", "nodev"];

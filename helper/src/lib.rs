@@ -48,8 +48,9 @@ use crate::error::HelperError;
 /// answer could not be written), 2 refused.
 pub fn run(args: &[OsString], sudo_uid: Option<OsString>) -> u8 {
     sys::reset_environment();
+    let transport = "unknown";
     let mut record = Record {
-        transport: "unknown",
+        transport,
         ..Record::default()
     };
     let response = match serve(args, sudo_uid, &mut record) {
@@ -74,34 +75,30 @@ fn serve(
     sudo_uid: Option<OsString>,
     record: &mut Record,
 ) -> Result<bosun_proto::helper::Output, HelperError> {
-    sys::close_inherited_fds().map_err(|source| HelperError::Setup {
-        step: "closing inherited descriptors",
-        source,
-    })?;
+    sys::close_inherited_fds().map_err(HelperError::setup("closing inherited descriptors"))?;
     let euid = rustix::process::geteuid().as_raw();
     if euid != 0 {
-        return Err(HelperError::NotRoot { euid });
+        return Err(HelperError::NotRoot(euid));
     }
     let transport = Transport::from_args(args)?;
     record.transport = transport.name();
     if let Transport::Sudo { verb } = transport {
         record.verb = Some(verb.as_str());
     }
-    let loaded = config::load().map_err(|source| HelperError::Config { source })?;
+    let loaded = config::load().map_err(HelperError::Config)?;
     let uid = caller::caller_uid(transport, sudo_uid.as_ref())?;
     record.caller_uid = Some(uid);
     caller::check(transport, uid, loaded.agent_uid)?;
 
     let bytes = caller::read_request(transport)?;
-    let request: Request =
-        serde_json::from_slice(&bytes).map_err(|source| HelperError::ParseRequest { source })?;
+    let request: Request = serde_json::from_slice(&bytes).map_err(HelperError::ParseRequest)?;
     let verb = request.verb();
     record.verb = Some(verb.as_str());
     record.args = Some(audit::redacted_args(&request));
     match transport {
         Transport::Sudo { verb: argv } if argv != verb => {
             let (request, argv) = (verb.as_str(), argv.as_str());
-            return Err(HelperError::VerbMismatch { request, argv });
+            return Err(HelperError::VerbMismatch(request, argv));
         }
         // A unit's sandbox is sized to its own verbs (decision 0071).
         Transport::Socket { unit } if HelperUnit::of(verb) != unit => {
@@ -115,16 +112,13 @@ fn serve(
 }
 
 fn answer(response: &Response) -> Result<(), HelperError> {
-    let write_err = |source| HelperError::Setup {
-        step: "writing the response",
-        source,
-    };
-    let mut text = serde_json::to_vec(response)
-        .map_err(|e| write_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
-    text.push(b'\n');
+    let mut text = serde_json::to_vec(response).map_err(std::io::Error::from);
+    let _ = text.as_mut().map(|t| t.push(b'\n'));
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&text).map_err(write_err)?;
-    stdout.flush().map_err(write_err)
+    let written = text
+        .and_then(|t| stdout.write_all(&t))
+        .and_then(|()| stdout.flush());
+    written.map_err(HelperError::setup("writing the response"))
 }
 
 #[cfg(test)]

@@ -35,8 +35,10 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         VerbName::HashArchive => &[CAP_DAC_READ_SEARCH],
         // `pct exec` reads the CT's config and enters its namespaces (setns, ptrace-mode
         // access to its init's /proc entries) to run a fixed command as the container's root;
-        // `pct config` reads the config.
-        VerbName::RestartController | VerbName::ResetGuestIdentity | VerbName::RestoreCheck => &[
+        // `pct config` reads the config. `bulk_archive` also writes beneath a root-owned
+        // backup root as its owner.
+        VerbName::RestartController | VerbName::ResetGuestIdentity | VerbName::RestoreCheck
+        | VerbName::BulkArchive => &[
             CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN,
             CAP_SYS_CHROOT, CAP_SYS_PTRACE],
         // Writes or removes one file in a root-owned directory as its owner: no capability.
@@ -63,15 +65,16 @@ pub struct CapReport {
 /// Drops to `verb`'s capabilities and sets `no_new_privs`.
 pub fn enter(verb: VerbName) -> Result<CapReport, HelperError> {
     let name = verb.as_str();
-    let drop_err = |source| HelperError::DropCaps { verb: name, source };
+    let drop_err = |source| HelperError::DropCaps(name, source);
     let permitted = caps::read(None, CapSet::Permitted).map_err(drop_err)?;
     let declared: CapsHashSet = declared(verb).iter().copied().collect();
     let keep: CapsHashSet = declared.intersection(&permitted).copied().collect();
-    let mut unavailable: Vec<String> = declared
-        .difference(&permitted)
-        .map(|c| c.to_string().to_lowercase())
-        .collect();
-    unavailable.sort();
+    let names = |caps: &mut dyn Iterator<Item = Capability>| {
+        let mut names: Vec<String> = caps.map(|c| c.to_string().to_lowercase()).collect();
+        names.sort();
+        names
+    };
+    let unavailable = names(&mut declared.difference(&permitted).copied());
 
     // The bounding set first: dropping from it needs CAP_SETPCAP, which goes next.
     for cap in caps::read(None, CapSet::Bounding).map_err(drop_err)? {
@@ -83,35 +86,25 @@ pub fn enter(verb: VerbName) -> Result<CapReport, HelperError> {
     caps::clear(None, CapSet::Inheritable).map_err(drop_err)?;
     caps::set(None, CapSet::Effective, &keep).map_err(drop_err)?;
     caps::set(None, CapSet::Permitted, &keep).map_err(drop_err)?;
-    rustix::thread::set_no_new_privs(true).map_err(|e| HelperError::Setup {
-        step: "setting no_new_privs",
-        source: e.into(),
-    })?;
+    rustix::thread::set_no_new_privs(true).map_err(HelperError::setup("setting no_new_privs"))?;
 
-    let status =
-        std::fs::read_to_string("/proc/self/status").map_err(|source| HelperError::Setup {
-            step: "reading /proc/self/status",
-            source,
-        })?;
+    let status = std::fs::read_to_string("/proc/self/status");
+    let status = status.map_err(HelperError::setup("reading /proc/self/status"))?;
     let field = |key: &str| {
         status
             .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_default()
+            .find_map(|l| Some(l.strip_prefix(key)?.trim()))
     };
+    let field = |key: &str| field(key).unwrap_or_default().to_owned();
     let effective_hex = field("CapEff:");
     let mask = u64::from_str_radix(&effective_hex, 16).unwrap_or(0);
-    let mut effective: Vec<String> = caps::all()
-        .into_iter()
-        .filter(|c| mask & c.bitmask() != 0)
-        .map(|c| c.to_string().to_lowercase())
-        .collect();
-    effective.sort();
+    let effective = names(&mut caps::all().into_iter().filter(|c| mask & c.bitmask() != 0));
+    let no_new_privs = field("NoNewPrivs:") == "1";
+    let (effective_hex, unavailable) = (effective_hex, unavailable);
     Ok(CapReport {
         effective_hex,
         effective,
         unavailable,
-        no_new_privs: field("NoNewPrivs:") == "1",
+        no_new_privs,
     })
 }

@@ -217,7 +217,7 @@ fn mount_flags_follow_the_class() {
             MountClass::Data,
             &[MountOption::Relatime, MountOption::Noatime]
         ),
-        Err(HelperError::ConflictingOptions { .. })
+        Err(HelperError::ConflictingOptions(..))
     ));
 }
 

@@ -71,6 +71,13 @@ fn cases() -> Vec<Case> {
                 check,
                 QUICK,
             ),
+            (
+                "bulk_archive",
+                "tar (into the archive file)",
+                String::new(),
+                exec("/usr/bin/tar"),
+                QUICK,
+            ),
         ] {
             let what = format!("{name}: {how}");
             cases.push(Case {
@@ -85,10 +92,15 @@ fn cases() -> Vec<Case> {
     cases
 }
 
-fn request(verb: &str) -> Vec<u8> {
+fn request(verb: &str, install: &Install) -> Vec<u8> {
     let args = match verb {
         "push_bootstrap" => serde_json::json!({"vmid": 105, "document": bootstrap_document()}),
         "restore_check" => serde_json::json!({"vmid": 105, "timeout_secs": QUICK}),
+        "bulk_archive" => serde_json::json!({
+            "vmid": 105, "guest_id": DOC_GUEST, "volume": "media", "path": "/srv/media",
+            "storage_dir": install.dir.path().join("backup"), "keep_last": 1,
+            "max_bytes": 10_000_000, "timeout_secs": QUICK,
+        }),
         _ => serde_json::json!({"vmid": 105}),
     };
     serde_json::to_vec(&serde_json::json!({"verb": verb, "args": args})).unwrap()
@@ -100,19 +112,30 @@ fn every_guest_verb_answers_within_its_bound_in_bounded_memory_and_leaves_no_pro
     let mut figures = Vec::new();
     for case in cases() {
         let install = Install::new(TEST_USER);
-        let limits = serde_json::json!({"limits": {"quick": QUICK, "restart": RESTART}});
+        let backup = install.dir.path().join("backup");
+        std::fs::create_dir_all(&backup).unwrap();
+        let limits = serde_json::json!({
+            "limits": {"quick": QUICK, "restart": RESTART}, "backup_roots": [backup],
+        });
         install.write_config_with(TEST_USER, "/usr/sbin/blkid", limits);
         let pids = install.dir.path().join("pids");
         let prelude = format!("echo $$ >> '{}'\n{}", pids.display(), case.prelude);
         install.guest_pct_with(&prelude, &case.exec);
         install.stamp_guest(105, Some(DOC_GUEST));
+        if case.verb == "bulk_archive" {
+            install.guest_config(
+                105,
+                "hostname: files\nmp0: bulk:vm-105-disk-1,mp=/srv/media\n",
+            );
+        }
         if case.verb == "restore_check" {
             install.guest_config(
                 105,
                 "hostname: restore-test-105\nnet0: name=eth0,bridge=vmbr0,link_down=1\n",
             );
         }
-        let (call, max_rss_kib, took) = run_measured(&install, case.verb, uid, &request(case.verb));
+        let (call, max_rss_kib, took) =
+            run_measured(&install, case.verb, uid, &request(case.verb, &install));
         figures.push(format!(
             "{:22} {:40} answered in {:>5.2}s (bound {}s), helper max RSS {:>5} KiB: {}",
             case.verb,
@@ -138,6 +161,10 @@ fn every_guest_verb_answers_within_its_bound_in_bounded_memory_and_leaves_no_pro
             case.verb,
             case.what
         );
+        // A bulk archive that failed leaves no file of its own.
+        let volume = backup.join("bosun-bulk").join(DOC_GUEST).join("media");
+        let left = std::fs::read_dir(&volume).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "{} {}", case.verb, case.what);
         for pid in std::fs::read_to_string(&pids).unwrap().split_whitespace() {
             let members = group_members(pid.parse().unwrap());
             assert!(
@@ -151,7 +178,9 @@ fn every_guest_verb_answers_within_its_bound_in_bounded_memory_and_leaves_no_pro
         // a stamp too long to be one, or (the check itself) the check's own bounded result.
         match call.response() {
             Response::Failed { message } => assert!(
-                message.contains("no end within") || message.contains("bytes of output beyond"),
+                message.contains("no end within")
+                    || message.contains("bytes of output beyond")
+                    || message.contains("more than 10000000 bytes on its standard output"),
                 "{message}"
             ),
             Response::Refused { message, .. } => {

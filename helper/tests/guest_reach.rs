@@ -67,22 +67,29 @@ const GUEST_PROGRAMS: &str = r#"case "$1" in
 /usr/bin/truncate) : > "$g/$v/etc/machine-id" ;;
 /usr/bin/test) [ -f "$g/$v/etc/bosun/restore-check" ] ;;
 /etc/bosun/restore-check) echo checked ;;
+/usr/bin/tar) echo archived >> "$g/$v/var/log/archives" ;;
 esac"#;
 
 fn request(verb: &str, vmid: u32) -> Vec<u8> {
     let args = match verb {
         "push_bootstrap" => serde_json::json!({"vmid": vmid, "document": bootstrap_document()}),
         "restore_check" => serde_json::json!({"vmid": vmid, "timeout_secs": 30}),
+        // A's volume: only A's own guest may be archived for A.
+        "bulk_archive" => serde_json::json!({
+            "vmid": vmid, "guest_id": DOC_GUEST, "volume": "media", "path": "/srv/media",
+            "storage_dir": "/var/lib/vz", "keep_last": 1, "max_bytes": 1_000_000, "timeout_secs": 30,
+        }),
         _ => serde_json::json!({"vmid": vmid}),
     };
     serde_json::to_vec(&serde_json::json!({"verb": verb, "args": args})).unwrap()
 }
 
-const VERBS: [&str; 4] = [
+const VERBS: [&str; 5] = [
     "push_bootstrap",
     "restart_controller",
     "reset_guest_identity",
     "restore_check",
+    "bulk_archive",
 ];
 
 #[test]
@@ -124,7 +131,8 @@ fn no_guest_verb_enters_a_guest_that_is_not_this_hosts_bosun_guest_for_it() {
             let allowed = match (verb, vmid) {
                 // A's bootstrap into B's guest is refused below for its binding; the others
                 // enter B's own guest, which is Bosun's.
-                (_, 302) => verb != "push_bootstrap" && verb != "restore_check",
+                // A's bulk archive of B's guest is refused for its binding too.
+                (_, 302) => !matches!(verb, "push_bootstrap" | "restore_check" | "bulk_archive"),
                 // The scratch guest takes restore_check alone.
                 ("restore_check", 303) => true,
                 _ => false,
@@ -165,11 +173,13 @@ fn no_guest_verb_enters_a_guest_that_is_not_this_hosts_bosun_guest_for_it() {
     assert!(reason("restart_controller", 303).contains("scratch guest"));
     assert!(reason("restart_controller", 304).contains("stamped with key"));
     assert!(reason("push_bootstrap", 305).contains("MAC does not verify"));
+    assert!(reason("bulk_archive", 302).contains(&format!("bound to guest {OTHER}")));
+    assert!(reason("bulk_archive", 303).contains("scratch guest"));
     assert!(reason("reset_guest_identity", 306).contains("mount point mp0 covers"));
     assert!(reason("restore_check", 300).contains("hostname is not restore-test-300"));
-    // 6 guests × 4 verbs, less B's own guest for restart and reset and the scratch guest's
+    // 6 guests × 5 verbs, less B's own guest for restart and reset and the scratch guest's
     // restore check.
-    assert_eq!(refused.len(), 21, "{refused:#?}");
+    assert_eq!(refused.len(), 27, "{refused:#?}");
     // Nothing but the admission steps ran: no exec, no push anywhere but in 302 and 303.
     let acting: Vec<String> = install
         .acting_calls()

@@ -26,10 +26,17 @@
 //! list); the golden recipe's fixed command lines moved to `bosun_proto::helper::recipe`
 //! beside the other fixed command lines, about a hundred; the time limits per kind of program
 //! moved into the configuration. The budget took 265.
+//!
+//! `bulk_archive` (decision 0090) took about a hundred in the helper and eighty in
+//! `bosun-boundexec` (a program's output written into a file, bounded in bytes, the group killed
+//! at the first byte too many); the archive names and the tar command line went to
+//! `bosun_proto::helper` beside the other fixed command lines, and writing the file steps once
+//! in `fsops` and the errors as tuple variants gave about a hundred and fifty back. The helper
+//! alone stays under the 2,000 lines of issue 44; the budget took 30.
 
 use std::path::Path;
 
-const LIMIT: usize = 2_360;
+const LIMIT: usize = 2_390;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("the sources are readable") {

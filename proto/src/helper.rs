@@ -9,11 +9,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod bulk;
 pub mod recipe;
 pub mod stamp;
 mod types;
 mod unit;
 
+pub use bulk::{BULK_ARCHIVE_PREFIX, BULK_DIR, BULK_TAR_ARGV};
+pub use bulk::{bulk_archive_name, is_bulk_archive_name};
 pub use types::{
     AgentVersion, ArchiveBytes, ArchiveName, ArchiveSeconds, BlockDevice, BootstrapDocument,
     BridgeName, CheckSeconds, DiskGib, DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef,
@@ -291,12 +294,6 @@ pub struct StageAgentUpdate {
     /// The digest the job names; the file in the fixed inbox must hash to it.
     pub sha256: Sha256Hex,
 }
-
-/// The directory beneath a storage's path that holds bulk archives:
-/// `<storage path>/bosun-bulk/<guest id>/<volume>/`.
-pub const BULK_DIR: &str = "bosun-bulk";
-/// What a bulk archive's file name starts with; `<volume>-<YYYY_MM_DD-HH_MM_SS>.tar` follows.
-pub const BULK_ARCHIVE_PREFIX: &str = "bulk-";
 
 /// Arguments of `bulk_archive` (decision 0090).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,16 +3,15 @@
 //! beneath the root without following symlinks, so the agent (which cannot read the dump)
 //! records what it backed up and checks an archive before every restore.
 
-use std::os::fd::AsFd;
 use std::path::Path;
 
 use bosun_proto::helper::{ArchiveName, HashArchive, Output};
-use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{FileType, OFlags};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
-use crate::error::HelperError;
-use crate::fsops::open_root;
+use crate::error::{HelperError, io_error};
+use crate::fsops::{open_file, open_root};
 
 /// Hashes `<dump_root>/<archive>`, or `<dir>/<archive>` when `dir` lies beneath one of the
 /// backup roots (read beneath that root, so no link leads out of it).
@@ -21,15 +20,7 @@ pub fn hash(args: &HashArchive, config: &Config) -> Result<Output, HelperError> 
     let (root, relative) = match &args.dir {
         None => (config.dump_root.as_path(), name.to_owned()),
         Some(dir) => {
-            let dir = Path::new(dir.as_str());
-            let (root, below) = config
-                .backup_roots
-                .iter()
-                .find_map(|root| Some((root.as_path(), dir.strip_prefix(root).ok()?)))
-                .ok_or_else(|| HelperError::NotFound {
-                    what: "dump directory beneath a backup root",
-                    name: dir.display().to_string(),
-                })?;
+            let (root, below) = backup_root(config, Path::new(dir.as_str()))?;
             (root, below.join(name).display().to_string())
         }
     };
@@ -41,39 +32,48 @@ pub fn hash(args: &HashArchive, config: &Config) -> Result<Output, HelperError> 
     })
 }
 
+/// The backup root `dir` lies beneath (or is), and `dir` relative to it.
+pub fn backup_root<'a>(
+    config: &'a Config,
+    dir: &'a Path,
+) -> Result<(&'a Path, &'a Path), HelperError> {
+    let mut found = config.backup_roots.iter();
+    let found = found.find_map(|root| Some((root.as_path(), dir.strip_prefix(root).ok()?)));
+    found.ok_or_else(|| HelperError::not_found("directory beneath a backup root", dir.display()))
+}
+
 /// SHA-256 (lowercase hex) and size of the regular file `name` (a relative path) beneath
 /// `root`.
 pub fn hash_file(root: &Path, name: &str) -> Result<(String, u64), HelperError> {
-    let dir = open_root(root)?;
-    let path = root.join(name);
-    let fd = rustix::fs::openat2(
-        &dir.fd,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| HelperError::resolve("open", &path, e.into()))?;
-    let stat =
-        rustix::fs::fstat(fd.as_fd()).map_err(|e| HelperError::resolve("stat", &path, e.into()))?;
+    let (dir, path) = (open_root(root)?, root.join(name));
+    let (file, stat) = open_file(
+        Some(&dir),
+        Path::new(name),
+        OFlags::RDONLY | OFlags::NONBLOCK,
+    )?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(HelperError::NotFound {
-            what: "regular archive file",
-            name: path.display().to_string(),
-        });
+        return Err(HelperError::not_found(
+            "regular archive file",
+            path.display(),
+        ));
     }
-    let mut hasher = Sha256::new();
-    let size = std::io::copy(&mut std::fs::File::from(fd), &mut hasher).map_err(|source| {
-        HelperError::Io {
-            op: "read",
-            path,
-            source,
-        }
-    })?;
-    Ok((hex_lower(&hasher.finalize()), size))
+    sha256(file, &path)
 }
 
-fn hex_lower(bytes: &[u8]) -> String {
+/// SHA-256 (lowercase hex) of what `file` (at `path`) reads, and its size.
+pub fn sha256(mut file: std::fs::File, path: &Path) -> Result<(String, u64), HelperError> {
+    let mut hasher = Sha256::new();
+    let size = std::io::copy(&mut file, &mut hasher).map_err(io_error("read", path))?;
+    let hex = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((hex, size))
+}
+
+/// `bytes` in lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

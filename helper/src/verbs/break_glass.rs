@@ -18,7 +18,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bosun_proto::break_glass::{BREAK_GLASS_ACCOUNT, MAX_BREAK_GLASS_SECONDS};
 use bosun_proto::break_glass::{authorized_keys_line, openssh_expiry};
 use bosun_proto::helper::{BreakGlassOpen, Output};
-use rustix::fs::{AtFlags, Mode, OFlags};
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
@@ -37,26 +36,19 @@ pub fn open(args: &BreakGlassOpen, config: &Config) -> Result<Output, HelperErro
     let expires = u64::try_from(args.expires_at.as_second()).unwrap_or(0);
     if expires <= now || expires > now + MAX_BREAK_GLASS_SECONDS + SKEW_SECONDS {
         let expires_at = args.expires_at.to_string();
-        return Err(HelperError::BreakGlassExpiry { expires_at, now });
+        return Err(HelperError::BreakGlassExpiry(expires_at, now));
     }
     let dir = keys_dir(&config.break_glass_root)?;
     let path = dir.path.join(KEYS_FILE);
     let line = authorized_keys_line(&args.key, args.expires_at, args.job_id);
     // A leftover of a helper killed mid-call is never ours to trust: O_EXCL after removing it.
-    let _ = rustix::fs::unlinkat(&dir.fd, STAGED, AtFlags::empty());
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(&dir.fd, STAGED, flags, Mode::from_raw_mode(0o644))
-        .map_err(io_error("create", dir.path.join(STAGED)))?;
-    // sshd's StrictModes: owned by root, writable by nobody else, readable by the account
-    // (the helper's unit runs with UMask=0077).
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644)).map_err(io_error("chmod", &path))?;
-    let mut file = std::fs::File::from(fd);
-    (file
+    let _ = dir.remove(STAGED);
+    let mut file = dir.create(STAGED, 0o644, true)?;
+    let written = file
         .write_all(line.as_bytes())
-        .and_then(|()| file.sync_all()))
-    .map_err(io_error("write", &path))?;
-    rustix::fs::renameat(&dir.fd, STAGED, &dir.fd, KEYS_FILE).map_err(io_error("rename", &path))?;
-    rustix::fs::fsync(&dir.fd).map_err(io_error("fsync", &dir.path))?;
+        .and_then(|()| file.sync_all());
+    written.map_err(io_error("write", &path))?;
+    dir.rename(STAGED, KEYS_FILE, false)?;
     Ok(Output::BreakGlassOpened {
         account: BREAK_GLASS_ACCOUNT.to_owned(),
         path: path.display().to_string(),
@@ -72,7 +64,7 @@ pub fn close(config: &Config) -> Result<Output, HelperError> {
         .display()
         .to_string();
     let dir = match fsops::open_root(&config.break_glass_root) {
-        Err(HelperError::NotFound { .. }) => {
+        Err(HelperError::NotFound(..)) => {
             return Ok(Output::BreakGlassClosed {
                 path,
                 removed: false,
@@ -80,12 +72,8 @@ pub fn close(config: &Config) -> Result<Output, HelperError> {
         }
         other => other?,
     };
-    let _ = rustix::fs::unlinkat(&dir.fd, STAGED, AtFlags::empty());
-    let removed = match rustix::fs::unlinkat(&dir.fd, KEYS_FILE, AtFlags::empty()) {
-        Ok(()) => true,
-        Err(rustix::io::Errno::NOENT) => false,
-        Err(e) => return Err(io_error("remove", &path)(e)),
-    };
+    let _ = dir.remove(STAGED);
+    let removed = dir.remove(KEYS_FILE)?;
     rustix::fs::fsync(&dir.fd).map_err(io_error("fsync", &dir.path))?;
     Ok(Output::BreakGlassClosed { path, removed })
 }

@@ -23,13 +23,10 @@ use crate::error::HelperError;
 
 /// Refuses `device` unless it is a disk `mount_by_uuid` may use.
 pub fn check_mountable(device: &str, serial: &DiskSerial, sysfs: &Path) -> Result<(), HelperError> {
-    let refuse = |reason: String| HelperError::DeviceNotAllowed {
-        device: device.to_owned(),
-        reason,
-    };
+    let refuse = |reason: String| HelperError::DeviceNotAllowed(device.to_owned(), reason);
     let io = |op, path: &Path| {
         let path = path.to_path_buf();
-        move |source| HelperError::Io { op, path, source }
+        move |source| HelperError::Io(op, path, source)
     };
     let meta = std::fs::metadata(device).map_err(io("looking at", Path::new(device)))?;
     if !meta.file_type().is_block_device() {

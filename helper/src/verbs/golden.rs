@@ -47,10 +47,10 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
     let inputs = GOLDEN_UNITS.iter().map(|u| config.golden_dir.join(u));
     let mut inputs = inputs.chain([config.controller_image_archive.clone()]);
     if let Some(missing) = inputs.find(|p: &PathBuf| !p.is_file()) {
-        return Err(HelperError::NotFound {
-            what: "golden image input",
-            name: missing.display().to_string(),
-        });
+        return Err(HelperError::not_found(
+            "golden image input",
+            missing.display(),
+        ));
     }
     // The archive lives in a root-only directory, so the bytes hashed here are the bytes
     // `pct push` sends: only the operator's signed digest decides what code is baked.
@@ -62,11 +62,11 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
         .to_string();
     let (found, _) = super::archive::hash_file(Path::new("/"), &beneath_root)?;
     if found != args.controller_sha256.as_str() {
-        return Err(HelperError::DigestMismatch {
-            what: "controller image archive",
-            expected: args.controller_sha256.to_string(),
+        return Err(HelperError::DigestMismatch(
+            "controller image archive",
+            args.controller_sha256.to_string(),
             found,
-        });
+        ));
     }
     let key = guests::load_key(&config.guest_key, true)?;
     let stamp = GuestStamp::sign(&key, None, uuid::Uuid::new_v4().into_bytes());
@@ -86,10 +86,7 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
             if i > 0 {
                 tear_down(config, &vmid);
             }
-            HelperError::GoldenStep {
-                step: s.name,
-                source: Box::new(err),
-            }
+            HelperError::GoldenStep(s.name, Box::new(err))
         })?;
         if s.tool == Tool::Vzdump {
             archive = archive_from_log(&done.stdout.text());

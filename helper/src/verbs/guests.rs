@@ -36,17 +36,18 @@ pub(crate) enum Scratch {
     Require,
 }
 
-/// A guest a verb may enter: its valid stamp, and the key.
+/// A guest a verb may enter: its valid stamp, the key, and its `pct config --current`.
 #[derive(Debug)]
 pub(crate) struct Admitted {
     pub stamp: GuestStamp,
     pub key: StampKey,
+    pub config: String,
 }
 
 /// [`HelperError::NotOurGuest`] for `vmid`.
 pub(crate) fn not_ours(vmid: Vmid, reason: String) -> HelperError {
     let vmid = vmid.get();
-    HelperError::NotOurGuest { vmid, reason }
+    HelperError::NotOurGuest(vmid, reason)
 }
 
 /// The steps every guest-entering verb takes first (see the module docs).
@@ -74,13 +75,25 @@ pub(crate) fn admit(
             stamp
         }
     };
-    Ok(Admitted { stamp, key })
+    Ok(Admitted {
+        stamp,
+        key,
+        config: shown,
+    })
 }
 
 /// `key: value` entries of a `pct config --current` printout, up to any `[section]`.
 pub(crate) fn entries(config: &str) -> impl Iterator<Item = (&str, &str)> {
     let current = config.lines().take_while(|l| !l.starts_with('['));
     current.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim(), v.trim())))
+}
+
+/// Where the mount point entry `key: value` is mounted in the guest, without a trailing `/`;
+/// `None` for any other entry.
+pub(crate) fn mount_path<'a>(key: &str, value: &'a str) -> Option<&'a str> {
+    let at = value.split(',').find_map(|o| o.strip_prefix("mp="));
+    at.filter(|_| indexed(key, "mp"))
+        .map(|a| a.trim_end_matches('/'))
 }
 
 /// Whether `key` is `<prefix><digits>` (`net0`, `mp3`).
@@ -96,15 +109,14 @@ pub(crate) fn indexed(key: &str, prefix: &str) -> bool {
 pub(crate) fn unsafe_config(config: &str, vmid: &str, scratch: Scratch) -> Result<(), String> {
     let mut named = false;
     for (key, value) in entries(config) {
-        let at = value.split(',').find_map(|o| o.strip_prefix("mp="));
-        let at = at.map(|a| format!("{}/", a.trim_end_matches('/')));
+        let at = mount_path(key, value).map(|a| format!("{a}/"));
         let covers = at.is_some_and(|a| format!("{STAMP_DIR}/").starts_with(&a));
         if key == "hostname" {
             named = value.strip_prefix(SCRATCH_HOSTNAME_PREFIX) == Some(vmid);
             if scratch == Scratch::Refuse && value.starts_with(SCRATCH_HOSTNAME_PREFIX) {
                 return Err(format!("it is a restore test's scratch guest ({value})"));
             }
-        } else if indexed(key, "mp") && covers {
+        } else if covers {
             return Err(format!("mount point {key} covers {STAMP_DIR}"));
         } else if indexed(key, "mp") && scratch == Scratch::Require {
             return Err(format!("it has mount point {key}"));
@@ -125,9 +137,7 @@ pub(crate) fn unsafe_config(config: &str, vmid: &str, scratch: Scratch) -> Resul
 /// Whether the operator's adoption file lists `vmid`; `take`: it leaves the list.
 fn adopt(config: &Config, vmid: &str, take: bool) -> Result<bool, HelperError> {
     let listed = bosun_rootconf::listed(&config.adopt_file, vmid, take);
-    listed.map_err(|source| HelperError::Config {
-        source: source.into(),
-    })
+    listed.map_err(|e| HelperError::Config(e.into()))
 }
 
 /// Writes a fresh stamp under `key`, bound to `guest_id`, into the running guest.
@@ -178,7 +188,5 @@ pub(crate) fn pull(
 /// first golden build, or the first guest verb of a box whose image predates stamps, so the
 /// operator's adoption list can stamp its guests).
 pub(crate) fn load_key(path: &Path, create: bool) -> Result<StampKey, HelperError> {
-    bosun_rootconf::root_secret(path, create).map_err(|source| HelperError::Config {
-        source: source.into(),
-    })
+    bosun_rootconf::root_secret(path, create).map_err(|e| HelperError::Config(e.into()))
 }

@@ -2,6 +2,7 @@
 
 mod archive;
 mod break_glass;
+mod bulk;
 mod disk;
 mod golden;
 mod guests;
@@ -41,5 +42,6 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::BreakGlassOpen(args) => break_glass::open(args, config),
         Request::BreakGlassClose(_) => break_glass::close(config),
         Request::StageAgentUpdate(args) => update::stage(args, config),
+        Request::BulkArchive(args) => bulk::archive(args, config),
     }
 }

@@ -53,34 +53,22 @@ fn plain_device(device: &str) -> bool {
 fn resolve_uuid(blkid: &Path, uuid: &str, secs: u64) -> Result<BlkidMatch, HelperError> {
     let token = format!("UUID={uuid}");
     // blkid exits 2 when nothing matches.
-    let out = exec::run(
-        blkid,
-        &["-c", "/dev/null", "-o", "export", "-t", token.as_str()],
-        secs,
-        &[0, 2],
-    )?;
+    let args = ["-c", "/dev/null", "-o", "export", "-t", token.as_str()];
+    let out = exec::run(blkid, &args, secs, &[0, 2])?;
     let mut matches = parse_blkid_export(&out.stdout.text());
     matches.sort_by(|a, b| a.device.cmp(&b.device));
     matches.dedup_by(|a, b| a.device == b.device);
     match matches.len() {
-        0 => Err(HelperError::NotFound {
-            what: "filesystem with uuid",
-            name: uuid.into(),
-        }),
+        0 => Err(HelperError::not_found("filesystem with uuid", uuid)),
+        1 if plain_device(&matches[0].device) => Ok(matches.remove(0)),
         1 => {
-            let m = matches.remove(0);
-            if !plain_device(&m.device) {
-                return Err(HelperError::ProgramOutput {
-                    program: blkid.into(),
-                    detail: format!("unexpected device name {:?}", m.device),
-                });
-            }
-            Ok(m)
+            let detail = format!("unexpected device name {:?}", matches[0].device);
+            Err(HelperError::ProgramOutput(blkid.into(), detail))
         }
-        _ => Err(HelperError::AmbiguousUuid {
-            uuid: uuid.into(),
-            devices: matches.into_iter().map(|m| m.device).collect(),
-        }),
+        _ => {
+            let devices = matches.into_iter().map(|m| m.device).collect();
+            Err(HelperError::AmbiguousUuid(uuid.into(), devices))
+        }
     }
 }
 
@@ -93,10 +81,10 @@ pub fn mount_by_uuid(args: &MountByUuid, config: &Config) -> Result<Output, Help
     if let Some(existing) = root.child(name, true)?
         && existing.is_mount_root()?
     {
-        return Err(HelperError::MountState {
-            path: existing.path,
-            state: "already a mount point",
-        });
+        return Err(HelperError::MountState(
+            existing.path,
+            "already a mount point",
+        ));
     }
     let device = resolve_uuid(
         &config.programs.blkid,
@@ -105,11 +93,11 @@ pub fn mount_by_uuid(args: &MountByUuid, config: &Config) -> Result<Output, Help
     )?;
     disk::check_mountable(&device.device, &args.serial, &config.sysfs_root)?;
     if device.fstype.as_deref() != Some(args.fstype.as_str()) {
-        return Err(HelperError::FsTypeMismatch {
-            device: device.device,
-            found: device.fstype,
-            expected: args.fstype.as_str(),
-        });
+        return Err(HelperError::FsTypeMismatch(
+            device.device,
+            device.fstype,
+            args.fstype.as_str(),
+        ));
     }
     let (target, created) = root.ensure_child(name, 0o755, true)?;
     if let Err(err) = fsops::mount_device(&device.device, args.fstype, attrs, &target) {
@@ -132,15 +120,9 @@ pub fn unmount(args: &Unmount, config: &Config) -> Result<Output, HelperError> {
     let name = args.target_id.as_str();
     let target = root
         .child(name, true)?
-        .ok_or_else(|| HelperError::NotFound {
-            what: "mount target",
-            name: root.path.join(name).display().to_string(),
-        })?;
+        .ok_or_else(|| HelperError::not_found("mount target", root.path.join(name).display()))?;
     if !target.is_mount_root()? {
-        return Err(HelperError::MountState {
-            path: target.path,
-            state: "not a mount point",
-        });
+        return Err(HelperError::MountState(target.path, "not a mount point"));
     }
     let path = target.path.clone();
     // Our own descriptor would keep the mount busy.
@@ -148,7 +130,6 @@ pub fn unmount(args: &Unmount, config: &Config) -> Result<Output, HelperError> {
     fsops::unmount_child(&root, name)?;
     // The directory was made for the mount; an unexpected leftover stays.
     let _ = root.remove_child(name);
-    Ok(Output::Unmounted {
-        target: path.display().to_string(),
-    })
+    let target = path.display().to_string();
+    Ok(Output::Unmounted { target })
 }

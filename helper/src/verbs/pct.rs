@@ -35,7 +35,7 @@ use super::stage;
 pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, HelperError> {
     let admitted = guests::admit(config, args.vmid, Scratch::Refuse)?;
     let named = serde_json::from_slice::<Bootstrap>(args.document.expose_bytes())
-        .map_err(|source| HelperError::ParseRequest { source })?
+        .map_err(HelperError::ParseRequest)?
         .guest_id;
     match admitted.stamp.guest_id {
         Some(bound) if bound != named => {

@@ -1,11 +1,13 @@
 //! `smart_status`: `smartctl --json --all <device>`.
 
 use bosun_proto::helper::{Output, SmartStatus};
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::path::Path;
+
+use rustix::fs::OFlags;
 
 use crate::config::Config;
-use crate::error::{HelperError, io_error};
-use crate::exec;
+use crate::error::HelperError;
+use crate::{exec, fsops};
 
 /// smartctl exit-status bits that mean it could not read the device at all
 /// (command line, device open); the other bits report disk health.
@@ -13,20 +15,9 @@ const FATAL_BITS: i32 = 0b11;
 
 pub fn status(args: &SmartStatus, config: &Config) -> Result<Output, HelperError> {
     let device = args.device.as_str();
-    let fd = rustix::fs::openat2(
-        rustix::fs::CWD,
-        device,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| HelperError::resolve("open", device, e.into()))?;
-    let stat = rustix::fs::fstat(&fd).map_err(io_error("stat", device))?;
+    let (_, stat) = fsops::open_file(None, Path::new(device), OFlags::PATH)?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::BlockDevice {
-        return Err(HelperError::NotFound {
-            what: "block device",
-            name: device.into(),
-        });
+        return Err(HelperError::not_found("block device", device));
     }
     let codes: Vec<i32> = (0..=255).filter(|c| c & FATAL_BITS == 0).collect();
     let out = exec::run(
@@ -35,11 +26,9 @@ pub fn status(args: &SmartStatus, config: &Config) -> Result<Output, HelperError
         config.limits.smart,
         &codes,
     )?;
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout.bytes).map_err(|e| HelperError::ProgramOutput {
-            program: config.programs.smartctl.clone(),
-            detail: format!("not JSON: {e}"),
-        })?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout.bytes).map_err(|e| {
+        HelperError::ProgramOutput(config.programs.smartctl.clone(), format!("not JSON: {e}"))
+    })?;
     Ok(Output::Smart {
         device: device.into(),
         report,

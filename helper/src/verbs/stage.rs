@@ -13,7 +13,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use bosun_proto::helper::Vmid;
-use rustix::fs::{AtFlags, Mode, OFlags};
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
@@ -63,25 +62,14 @@ impl Staged {
     pub(crate) fn write(dir: Dir, name: String, bytes: &[u8]) -> Result<Staged, HelperError> {
         let path = dir.path.join(&name);
         // A leftover of a helper killed mid-call with the same pid: never ours to trust.
-        match rustix::fs::unlinkat(&dir.fd, name.as_str(), AtFlags::empty()) {
-            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-            Err(e) => return Err(io_error("remove stale", &path)(e)),
-        }
-        let fd = rustix::fs::openat(
-            &dir.fd,
-            name.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(io_error("create", &path))?;
+        dir.remove(&name)?;
+        let mut file = dir.create(&name, 0o600, true)?;
         let staged = Staged {
             dir,
             name,
             removed: false,
         };
-        let mut file = std::fs::File::from(fd);
         file.write_all(bytes).map_err(io_error("write", &path))?;
-        rustix::fs::fchmod(&file, Mode::from_raw_mode(0o600)).map_err(io_error("chmod", &path))?;
         Ok(staged)
     }
 
@@ -91,15 +79,14 @@ impl Staged {
 
     fn remove(mut self) -> Result<(), HelperError> {
         self.removed = true;
-        rustix::fs::unlinkat(&self.dir.fd, self.name.as_str(), AtFlags::empty())
-            .map_err(io_error("remove", self.path()))
+        self.dir.remove(&self.name).map(drop)
     }
 }
 
 impl Drop for Staged {
     fn drop(&mut self) {
         if !self.removed {
-            let _ = rustix::fs::unlinkat(&self.dir.fd, self.name.as_str(), AtFlags::empty());
+            let _ = self.dir.remove(&self.name);
         }
     }
 }

@@ -17,17 +17,17 @@ use bosun_proto::update::{
     CURRENT_LINK, MAX_ARTIFACT_BYTES, RECORD_FILE, RECORD_SCHEMA, SLOT_BINARY, Slot, UpdatePhase,
     UpdateRecord,
 };
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{FileType, OFlags};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
-use crate::fsops::{Dir, open_root};
+use crate::fsops::{Dir, open_file, open_root};
 
 const STAGING: &str = ".bosun-agentd.staging";
 
 fn conflict(detail: String) -> HelperError {
-    HelperError::UpdateConflict { detail }
+    HelperError::UpdateConflict(detail)
 }
 
 /// Stages the inbox file as `args.version` if it hashes to `args.sha256`.
@@ -61,16 +61,12 @@ pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperE
         }
     }
     let agent_uid = crate::config::lookup_uid(&config.agent_user, Path::new("/etc/passwd"))
-        .map_err(|source| HelperError::Config { source })?;
+        .map_err(HelperError::Config)?;
     let mut inbox = open_inbox(&config.update_inbox, agent_uid)?;
     let (slot, _) = slots.ensure_child(current.other().as_str(), 0o755, false)?;
-    let mut out = create(&slot, STAGING, 0o755)?;
+    let mut out = slot.create(STAGING, 0o755, false)?;
     let (mut hasher, mut size, mut buf) = (Sha256::new(), 0u64, vec![0u8; 256 * 1024]);
-    let read_err = |source| HelperError::Io {
-        op: "read",
-        path: config.update_inbox.clone(),
-        source,
-    };
+    let read_err = |source| HelperError::Io("read", config.update_inbox.clone(), source);
     loop {
         let n = inbox.read(&mut buf).map_err(read_err)?;
         size += n as u64;
@@ -83,20 +79,16 @@ pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperE
     }
     out.sync_all()
         .map_err(io_error("fsync", slot.path.join(STAGING)))?;
-    let sha256: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = super::archive::hex(&hasher.finalize());
     if sha256 != args.sha256.as_str() || size > MAX_ARTIFACT_BYTES {
-        let _ = rustix::fs::unlinkat(&slot.fd, STAGING, AtFlags::empty());
-        return Err(HelperError::DigestMismatch {
-            what: "update artifact",
-            expected: args.sha256.to_string(),
-            found: sha256,
-        });
+        let _ = slot.remove(STAGING);
+        return Err(HelperError::DigestMismatch(
+            "update artifact",
+            args.sha256.to_string(),
+            sha256,
+        ));
     }
-    rename_in(&slot, STAGING, SLOT_BINARY)?;
+    slot.rename(STAGING, SLOT_BINARY, false)?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     let record = UpdateRecord {
         schema: RECORD_SCHEMA.into(),
@@ -114,15 +106,15 @@ pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperE
         decided_at_ms: None,
     };
     let text = serde_json::to_vec_pretty(&record).unwrap_or_default();
-    let mut file = create(&slots, ".update.json.new", 0o644)?;
+    let mut file = slots.create(".update.json.new", 0o644, false)?;
     file.write_all(&text)
         .and_then(|()| file.sync_all())
         .map_err(io_error("write", slots.path.join(RECORD_FILE)))?;
-    rename_in(&slots, ".update.json.new", RECORD_FILE)?;
-    let _ = rustix::fs::unlinkat(&slots.fd, ".current.new", AtFlags::empty());
+    slots.rename(".update.json.new", RECORD_FILE, false)?;
+    slots.remove(".current.new")?;
     rustix::fs::symlinkat(record.trial.as_str(), &slots.fd, ".current.new")
         .map_err(io_error("symlink", slots.path.join(CURRENT_LINK)))?;
-    rename_in(&slots, ".current.new", CURRENT_LINK)?;
+    slots.rename(".current.new", CURRENT_LINK, false)?;
     Ok(staged(&record, size, false))
 }
 
@@ -139,32 +131,21 @@ fn staged(record: &UpdateRecord, size: u64, already_staged: bool) -> Output {
 
 /// The update record, if there is one (at most 64 KiB).
 fn read_record(slots: &Dir) -> Result<Option<UpdateRecord>, HelperError> {
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let beneath = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    let fd = match rustix::fs::openat2(&slots.fd, RECORD_FILE, flags, Mode::empty(), beneath) {
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        other => other
-            .map_err(|e| HelperError::resolve("open", slots.path.join(RECORD_FILE), e.into()))?,
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK;
+    let file = match open_file(Some(slots), Path::new(RECORD_FILE), flags) {
+        Err(HelperError::NotFound(..)) => return Ok(None),
+        other => other?.0,
     };
     let mut text = Vec::new();
-    let read = std::fs::File::from(fd)
-        .take(64 * 1024)
-        .read_to_end(&mut text);
+    let read = file.take(64 * 1024).read_to_end(&mut text);
     read.map_err(io_error("read", slots.path.join(RECORD_FILE)))?;
     let unreadable = |e: serde_json::Error| conflict(format!("{RECORD_FILE} is unreadable: {e}"));
     serde_json::from_slice(&text).map(Some).map_err(unreadable)
 }
 
 fn open_inbox(path: &Path, agent_uid: u32) -> Result<std::fs::File, HelperError> {
-    let reject = |reason: String| HelperError::ArtifactRejected {
-        path: path.into(),
-        reason,
-    };
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    let fd = rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve)
-        .map_err(|e| HelperError::resolve("open", path, e.into()))?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| HelperError::resolve("stat", path, e.into()))?;
+    let reject = |reason: String| HelperError::ArtifactRejected(path.into(), reason);
+    let (file, st) = open_file(None, path, OFlags::RDONLY | OFlags::NONBLOCK)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(reject("not a regular file".into()));
     }
@@ -180,22 +161,5 @@ fn open_inbox(path: &Path, agent_uid: u32) -> Result<std::fs::File, HelperError>
     if u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_ARTIFACT_BYTES {
         return Err(reject(format!("larger than {MAX_ARTIFACT_BYTES} bytes")));
     }
-    Ok(std::fs::File::from(fd))
-}
-
-/// Creates (truncating) `name` beneath `dir` with `mode`, not following a symlink there.
-fn create(dir: &Dir, name: &str, mode: u32) -> Result<std::fs::File, HelperError> {
-    let flags =
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(&dir.fd, name, flags, Mode::from_raw_mode(mode))
-        .map_err(|e| HelperError::resolve("create", dir.path.join(name), e.into()))?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
-        .map_err(io_error("chmod", dir.path.join(name)))?;
-    Ok(std::fs::File::from(fd))
-}
-
-fn rename_in(dir: &Dir, from: &str, to: &str) -> Result<(), HelperError> {
-    rustix::fs::renameat(&dir.fd, from, &dir.fd, to)
-        .map_err(io_error("rename", dir.path.join(to)))?;
-    rustix::fs::fsync(&dir.fd).map_err(io_error("fsync", &dir.path))
+    Ok(file)
 }

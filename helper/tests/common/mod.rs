@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod sim;
+
 use bosun_proto::helper::{Response, VerbName};
 use serde_json::Value;
 
@@ -786,6 +788,12 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
 pub const GUEST_KEY: [u8; 32] = *b"bosun-helper-tests-guest-key-32b";
 /// Where a guest's stamp lives.
 pub const GUEST_STAMP_PATH: &str = bosun_proto::helper::stamp::GUEST_STAMP_PATH;
+/// The `pct exec` case of a guest's `/usr/bin/tar` for [`Install::guest_pct`]: the system
+/// tar of the guest tree's `--directory=` to stdout, as the guest's own tar writes a volume.
+pub const GUEST_TAR: &str = r#"/usr/bin/tar) for a in "$@"; do case "$a" in --directory=*) d="${a#--directory=}" ;; esac; done
+cd "$g/$v$d" || exit 2
+exec tar --create --file=- --numeric-owner . ;;"#;
+
 /// The guest id of [`bootstrap_document`].
 pub const DOC_GUEST: &str = "0b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10";
 

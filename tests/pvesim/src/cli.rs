@@ -51,6 +51,10 @@ pub struct CliOutput {
     /// `pct pull`: the file's bytes (hex), for the stand-in to write on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_hex: Option<String>,
+    /// `pct exec` of a program whose standard output is bytes (a tar archive): them (hex), for
+    /// the stand-in to print instead of `stdout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_hex: Option<String>,
 }
 
 impl CliOutput {
@@ -328,7 +332,7 @@ fn print_config(config: &Value) -> CliOutput {
         exit: 0,
         stdout,
         stderr: String::new(),
-        file_hex: None,
+        ..CliOutput::default()
     }
 }
 
@@ -451,7 +455,7 @@ async fn task_output(shared: &Arc<Shared>, upid: &str) -> CliOutput {
         } else {
             format!("{exit}\n")
         },
-        file_hex: None,
+        ..CliOutput::default()
     }
 }
 
@@ -584,6 +588,7 @@ fn exec(shared: &Shared, vmid: u32, argv: &[String]) -> CliOutput {
         exit: outcome.exit,
         stdout: outcome.stdout,
         stderr: outcome.stderr,
+        stdout_hex: outcome.bytes.map(hex::encode),
         file_hex: None,
     }
 }

@@ -471,6 +471,7 @@ pub(crate) fn debian_template() -> FileTree {
         "rm",
         "sha256sum",
         "systemctl",
+        "tar",
         "test",
         "truncate",
     ] {

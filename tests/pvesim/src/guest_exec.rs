@@ -2,9 +2,11 @@
 //! of commands Bosun's golden recipe uses are modelled on the CT's file tree (`mkdir`, `rm`,
 //! `find … -delete`, `truncate`, `systemctl enable|restart`, `apt-get`, `docker load|tag`) with the
 //! programs' own error texts and exit codes, and so is what a guest's restore check needs (a
-//! `#!/bin/sh` script, `test`, `sha256sum --check`: [`script`]); anything else fails and says so.
+//! `#!/bin/sh` script, `test`, `sha256sum --check`: [`script`]), and so is a bulk volume's
+//! archive (`tar --create --file=-`: [`tar`]); anything else fails and says so.
 
 mod script;
+mod tar;
 
 use sha2::{Digest, Sha256};
 
@@ -16,14 +18,15 @@ pub(crate) struct Outcome {
     pub(crate) exit: i32,
     pub(crate) stdout: String,
     pub(crate) stderr: String,
+    /// Standard output that is bytes, not text (a tar archive); printed instead of `stdout`.
+    pub(crate) bytes: Option<Vec<u8>>,
 }
 
 impl Outcome {
     fn ok(stdout: impl Into<String>) -> Self {
         Self {
-            exit: 0,
             stdout: stdout.into(),
-            stderr: String::new(),
+            ..Self::default()
         }
     }
 
@@ -34,8 +37,8 @@ impl Outcome {
         }
         Self {
             exit,
-            stdout: String::new(),
             stderr,
+            ..Self::default()
         }
     }
 }
@@ -90,10 +93,11 @@ fn run_at(tree: &mut FileTree, argv: &[String], depth: usize) -> Outcome {
         "docker" => docker(tree, args),
         "test" => script::test(tree, args),
         "sha256sum" => script::sha256sum(tree, args),
+        "tar" => tar::create(tree, args),
         other => Outcome::fail(
             1,
             format!(
-                "bosun-pvesim: '{other}' is installed but not simulated (pct exec models mkdir, rm, find, truncate, systemctl enable|restart, apt-get, docker load|tag, test, sha256sum --check and #!/bin/sh scripts)"
+                "bosun-pvesim: '{other}' is installed but not simulated (pct exec models mkdir, rm, find, truncate, systemctl enable|restart, apt-get, docker load|tag, test, sha256sum --check, tar --create --file=- and #!/bin/sh scripts)"
             ),
         ),
     }
@@ -348,9 +352,8 @@ fn systemctl(tree: &mut FileTree, args: &[String]) -> Outcome {
         }
     }
     Outcome {
-        exit: 0,
-        stdout: String::new(),
         stderr,
+        ..Outcome::default()
     }
 }
 
@@ -501,7 +504,7 @@ fn apt_get(tree: &mut FileTree, args: &[String]) -> Outcome {
                 return Outcome {
                     exit: 1,
                     stdout: "Do you want to continue? [Y/n] Abort.\n".to_owned(),
-                    stderr: String::new(),
+                    ..Outcome::default()
                 };
             }
             let mut out = String::from("Reading package lists...\nBuilding dependency tree...\n");

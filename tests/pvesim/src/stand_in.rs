@@ -118,7 +118,12 @@ pub async fn run(program: &str, args: Vec<String>) -> i32 {
         Ok(output) if output.exit == 0 && output.file_hex.is_some() => write_pulled(&args, &output),
         Ok(output) => {
             // Output that cannot be written (a closed pipe) changes nothing about the result.
-            let _ = std::io::stdout().write_all(output.stdout.as_bytes());
+            let bytes = output
+                .stdout_hex
+                .as_deref()
+                .and_then(|h| hex::decode(h).ok());
+            let stdout = bytes.as_deref().unwrap_or(output.stdout.as_bytes());
+            let _ = std::io::stdout().write_all(stdout);
             let _ = std::io::stderr().write_all(output.stderr.as_bytes());
             output.exit
         }

@@ -17,6 +17,7 @@ mod inspect;
 mod lxc;
 mod node_load;
 mod pct_admin;
+mod pct_tar;
 mod remote_storage;
 mod remote_store;
 mod restore;

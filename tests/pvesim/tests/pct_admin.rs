@@ -147,7 +147,7 @@ async fn the_pct_stand_in_applies_pct_set_through_the_simulator() {
 }
 
 /// Installs a stand-in with its endpoint file beside it, as a helper prefix does.
-fn install_stand_in(
+pub(crate) fn install_stand_in(
     sim: &common::Sim,
     dir: &std::path::Path,
     name: &str,
@@ -166,7 +166,7 @@ fn install_stand_in(
 /// Runs a freshly copied program with a cleared environment. Another test thread that forks
 /// while the copy is still open for writing keeps that descriptor until it execs, and the
 /// kernel refuses to exec a file open for writing (`ETXTBSY`): such a start is tried again.
-async fn run_program(program: &std::path::Path, args: &[&str]) -> std::process::Output {
+pub(crate) async fn run_program(program: &std::path::Path, args: &[&str]) -> std::process::Output {
     let mut tries = 0;
     loop {
         match tokio::process::Command::new(program)

@@ -226,5 +226,6 @@ pub(super) fn sha256sum(tree: &FileTree, args: &[String]) -> Outcome {
         exit: i32::from(failed),
         stdout: out,
         stderr: err,
+        ..Outcome::default()
     }
 }

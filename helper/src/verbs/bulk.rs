@@ -1,0 +1,126 @@
+//! `bulk_archive` (decision 0090): a tar of one bulk volume of a running guest, taken inside
+//! the guest by `pct exec <vmid> -- /usr/bin/tar` (the guest's root, its namespaces: a link a
+//! customer planted resolves inside the guest), written into a new file beneath one of the
+//! backup roots, `<storage_dir>/bosun-bulk/<guest id>/<volume>/`, every directory opened
+//! beneath the root without following a symlink.
+//!
+//! The guest is admitted as every guest verb's is, and its stamp must be bound to the
+//! request's guest id; the path must be the `mp=` of one of its current mount points. The tar
+//! goes into `bulk-<volume>.partial-<pid>` (never over an existing file), bounded in bytes and
+//! time; a complete one is synced and renamed to `bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`
+//! (UTC; never over an existing name), then the volume's archives past `keep_last` (by name,
+//! oldest first) and the partial files of killed runs are removed. A failure removes the
+//! partial file and changes nothing else.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bosun_proto::helper::{BULK_ARCHIVE_PREFIX, BULK_DIR, BULK_TAR_ARGV, BulkArchive, Output};
+use bosun_proto::helper::{VolumeName, bulk_archive_name, is_bulk_archive_name};
+
+use crate::config::Config;
+use crate::error::{HelperError, io_error};
+use crate::exec;
+use crate::fsops::{Dir, open_root};
+
+use super::archive::{backup_root, sha256};
+use super::guests::{self, Scratch};
+
+/// Archives the volume (see the module docs).
+pub fn archive(args: &BulkArchive, config: &Config) -> Result<Output, HelperError> {
+    let admitted = guests::admit(config, args.vmid, Scratch::Refuse)?;
+    if admitted.stamp.guest_id != Some(args.guest_id) {
+        let bound = admitted
+            .stamp
+            .guest_id
+            .map_or("no guest".into(), |g| format!("guest {g}"));
+        let reason = format!("its stamp is bound to {bound}, not {}", args.guest_id);
+        return Err(guests::not_ours(args.vmid, reason));
+    }
+    let path = args.path.as_str().trim_end_matches('/');
+    let mut entries = guests::entries(&admitted.config);
+    if !entries.any(|(key, value)| guests::mount_path(key, value) == Some(path)) {
+        return Err(HelperError::not_found("mount point of the guest", path));
+    }
+    let (root, below) = backup_root(config, Path::new(args.storage_dir.as_str()))?;
+    let (root, below) = (open_root(root)?, below.to_str().unwrap_or_default());
+    let storage = if below.is_empty() {
+        Some(root)
+    } else {
+        root.child(below, false)?
+    };
+    let mut dir =
+        storage.ok_or_else(|| HelperError::not_found("storage directory", &args.storage_dir))?;
+    let mut made = Vec::new();
+    for name in [BULK_DIR, &args.guest_id.to_string(), args.volume.as_str()] {
+        let (child, created) = dir.ensure_child(name, 0o700, false)?;
+        made.push((std::mem::replace(&mut dir, child), name.to_owned(), created));
+    }
+    let partial = format!("{}{}", partial_prefix(&args.volume), std::process::id());
+    let file = dir.create(&partial, 0o600, true);
+    let written = file.and_then(|file| write(args, config, &dir, (&partial, file)));
+    if written.is_err() {
+        // Nothing of the failed run stays: its partial file, then the directories it made.
+        let _ = dir.remove(&partial);
+        for (parent, name, _) in made.iter().rev().filter(|(_, _, created)| *created) {
+            let _ = parent.remove_child(name);
+        }
+    }
+    let (archive, sha256, size) = written?;
+    let removed = prune(&dir, &args.volume, usize::from(args.keep_last.get()))?;
+    Ok(Output::BulkArchived {
+        archive: dir.path.join(archive).display().to_string(),
+        sha256,
+        size,
+        removed,
+    })
+}
+
+/// Runs the tar into the partial file, syncs it, hashes it and renames it to its archive name.
+fn write(
+    args: &BulkArchive,
+    config: &Config,
+    dir: &Dir,
+    (partial, file): (&str, std::fs::File),
+) -> Result<(String, String, u64), HelperError> {
+    let (vmid, at) = (args.vmid.to_string(), format!("--directory={}", args.path));
+    let argv = [&["exec", &vmid, "--"], &BULK_TAR_ARGV[..], &[&at, "."]].concat();
+    let path = dir.path.join(partial);
+    let time = Duration::from_secs(u64::from(args.timeout_secs.get()));
+    let copy = file.try_clone().map_err(io_error("open", &path))?;
+    let pct = config.programs.pct.as_path();
+    exec::run_to_file((pct, &argv), (copy, &path), args.max_bytes.get(), time)?;
+    file.sync_all().map_err(io_error("sync", &path))?;
+    rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0)).map_err(io_error("seek", &path))?;
+    let (sha256, size) = sha256(file, &path)?;
+    let name = bulk_archive_name(args.volume.as_str(), std::time::SystemTime::now());
+    dir.rename(partial, &name, true)?;
+    Ok((name, sha256, size))
+}
+
+/// What the partial files of `volume`'s archives are named, before the writer's pid.
+fn partial_prefix(volume: &VolumeName) -> String {
+    format!("{BULK_ARCHIVE_PREFIX}{volume}.partial-")
+}
+
+/// Removes the volume's archives past the newest `keep` and every partial file; how many
+/// archives went.
+fn prune(dir: &Dir, volume: &VolumeName, keep: usize) -> Result<u32, HelperError> {
+    let list = rustix::fs::Dir::read_from(&dir.fd).map_err(io_error("list", &dir.path))?;
+    let (mut archives, mut partials) = (Vec::new(), Vec::new());
+    for entry in list {
+        let entry = entry.map_err(io_error("list", &dir.path))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_bulk_archive_name(volume.as_str(), &name) {
+            archives.push(name);
+        } else if name.starts_with(&partial_prefix(volume)) {
+            partials.push(name);
+        }
+    }
+    archives.sort();
+    let old = &archives[..archives.len().saturating_sub(keep)];
+    for name in old.iter().chain(&partials) {
+        dir.remove(name)?;
+    }
+    Ok(u32::try_from(old.len()).unwrap_or(u32::MAX))
+}
