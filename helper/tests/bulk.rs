@@ -83,6 +83,12 @@ fn args(storage: &Path) -> serde_json::Value {
     })
 }
 
+/// `args` with `key` set to `value`.
+fn json_with(mut args: serde_json::Value, key: &str, value: &str) -> serde_json::Value {
+    args[key] = value.into();
+    args
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {
@@ -243,9 +249,9 @@ fn a_guest_path_or_storage_it_may_not_take_is_refused_and_nothing_is_written() {
             format!("bound to guest {OTHER}, not {DOC_GUEST}"),
         ),
         (
-            with("vmid", 122.into()),
-            "conflict",
-            "bound to no guest".to_owned(),
+            json_with(with("vmid", 122.into()), "path", "/srv"),
+            "not_found",
+            "mount point of the guest /srv".to_owned(),
         ),
         (
             with("path", "/srv".into()),
@@ -306,7 +312,8 @@ fn a_guest_path_or_storage_it_may_not_take_is_refused_and_nothing_is_written() {
         let message = expect_refused(&call, reason);
         assert!(message.contains(&words), "{args}: {message}");
     }
-    // Nothing ran in any guest, nothing was written anywhere, the unbound guest stays unbound.
+    // Nothing ran in any guest, nothing was written anywhere, the unbound guest stays unbound
+    // (its request was refused for its path before anything was bound).
     assert!(
         bulk.install.acting_calls().is_empty(),
         "{:?}",
@@ -328,6 +335,18 @@ fn a_guest_path_or_storage_it_may_not_take_is_refused_and_nothing_is_written() {
     ] {
         expect_refused(&bulk.call(with(key, value)), "malformed");
     }
+    // The unbound guest asked for rightly (a host without the local API pushes no bootstrap):
+    // bound to the guest id first, as push_bootstrap binds it, then archived.
+    bulk.install
+        .write_guest_file(122, "/srv/media/notes.txt", b"bulk data\n");
+    let call = bulk.call(with("vmid", 122.into()));
+    assert!(matches!(call.response(), Response::Ok { .. }), "{call:?}");
+    let stamp = bulk.install.guest_file(122, GUEST_STAMP_PATH).unwrap();
+    let stamp = bosun_proto::helper::stamp::GuestStamp::parse(&stamp).unwrap();
+    assert_eq!(
+        stamp.guest_id.map(|g| g.to_string()).as_deref(),
+        Some(DOC_GUEST)
+    );
 }
 
 #[test]

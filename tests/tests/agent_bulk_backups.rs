@@ -87,6 +87,8 @@ impl MediaBox {
         }
         files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
         files.use_sim_pct(&sim);
+        // No local API, so no bootstrap binds the guest's stamp: the helper binds it to the
+        // guest id at its first archive.
         let mut text = std::fs::read_to_string(&files.config_path).unwrap();
         text.push_str("[backup]\nbulk_check_ms = 1000\n");
         std::fs::write(&files.config_path, text).unwrap();

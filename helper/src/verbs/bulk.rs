@@ -5,7 +5,8 @@
 //! beneath the root without following a symlink.
 //!
 //! The guest is admitted as every guest verb's is, and its stamp must be bound to the
-//! request's guest id; the path must be the `mp=` of one of its current mount points. The tar
+//! request's guest id, or unbound (then bound to it first, as `push_bootstrap` binds it: a
+//! host without the local API pushes no bootstrap); the path must be the `mp=` of one of its current mount points. The tar
 //! goes into `bulk-<volume>.partial-<pid>` (never over an existing file), bounded in bytes and
 //! time; a complete one is synced and renamed to `bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`
 //! (UTC; never over an existing name), then the volume's archives past `keep_last` (by name,
@@ -29,18 +30,17 @@ use super::guests::{self, Scratch};
 /// Archives the volume (see the module docs).
 pub fn archive(args: &BulkArchive, config: &Config) -> Result<Output, HelperError> {
     let admitted = guests::admit(config, args.vmid, Scratch::Refuse)?;
-    if admitted.stamp.guest_id != Some(args.guest_id) {
-        let bound = admitted
-            .stamp
-            .guest_id
-            .map_or("no guest".into(), |g| format!("guest {g}"));
-        let reason = format!("its stamp is bound to {bound}, not {}", args.guest_id);
+    if let Some(bound) = admitted.stamp.guest_id.filter(|g| *g != args.guest_id) {
+        let reason = format!("its stamp is bound to guest {bound}, not {}", args.guest_id);
         return Err(guests::not_ours(args.vmid, reason));
     }
     let path = args.path.as_str().trim_end_matches('/');
     let mut entries = guests::entries(&admitted.config);
     if !entries.any(|(key, value)| guests::mount_path(key, value) == Some(path)) {
         return Err(HelperError::not_found("mount point of the guest", path));
+    }
+    if admitted.stamp.guest_id.is_none() {
+        guests::stamp(config, args.vmid, &admitted.key, Some(args.guest_id))?;
     }
     let (root, below) = backup_root(config, Path::new(args.storage_dir.as_str()))?;
     let (root, below) = (open_root(root)?, below.to_str().unwrap_or_default());

@@ -12,8 +12,12 @@ use futures::future::BoxFuture;
 use crate::guests::queue::QueueError;
 use crate::links::helper::{HelperClient, HelperClientError};
 
-/// How long the agent waits for the helper's answer beyond the archive's own time limit.
-const ANSWER_SLACK: Duration = Duration::from_secs(60);
+/// How long the agent waits for the helper's answer beyond the archive's own time limit: a
+/// minute, and the time the helper takes to read the archive back for its SHA-256 (after the
+/// limit) at 50 MiB/s.
+fn answer_slack(max_bytes: u64) -> Duration {
+    Duration::from_secs(60 + max_bytes / (50 << 20))
+}
 
 /// One archive to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +117,8 @@ impl Archiver for HelperClient {
     ) -> BoxFuture<'a, Result<ArchiveDone, ArchiverError>> {
         Box::pin(async move {
             let args = request.to_helper()?;
-            let wait = Duration::from_secs(u64::from(args.timeout_secs.get())) + ANSWER_SLACK;
+            let wait = Duration::from_secs(u64::from(args.timeout_secs.get()))
+                + answer_slack(args.max_bytes.get());
             let client = self.clone().with_timeout(wait);
             match client.call(&Request::BulkArchive(args)).await? {
                 Output::BulkArchived {
