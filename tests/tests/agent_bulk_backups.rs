@@ -164,16 +164,16 @@ async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
     eventually(
         Duration::from_secs(30),
         "the volume is reported",
-        || async { media(&hub, host, guest).await.is_some() },
+        || async { media(hub, host, guest).await.is_some() },
     )
     .await;
-    let report = media(&hub, host, guest).await.unwrap();
+    let report = media(hub, host, guest).await.unwrap();
     assert!(report["signed_target"].is_null(), "{report}");
     eventually(
         Duration::from_secs(30),
         "the hub says it is unprotected",
         || async {
-            !agent_support::storage::alerts(&hub, host, "bulk_unprotected")
+            !agent_support::storage::alerts(hub, host, "bulk_unprotected")
                 .await
                 .is_empty()
         },
@@ -191,7 +191,7 @@ async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
         Duration::from_secs(60),
         "the volume is archived",
         || async {
-            media(&hub, host, guest)
+            media(hub, host, guest)
                 .await
                 .is_some_and(|m| !m["last_archive"].is_null())
         },
@@ -204,7 +204,7 @@ async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
         name.starts_with("bulk-media-") && name.ends_with(".tar"),
         "{name}"
     );
-    let report = media(&hub, host, guest).await.unwrap();
+    let report = media(hub, host, guest).await.unwrap();
     assert_eq!(report["signed_target"], json!(backup.display().to_string()));
     let last = &report["last_archive"];
     assert_eq!(last["name"], json!(name), "{report}");
@@ -262,19 +262,19 @@ async fn an_archive_that_cannot_be_written_is_reported_failed_with_why() {
         ..
     } = stack;
     let entry = stack.entry("backup", 1);
-    hub.put_desired(host, &with_plan(&desired, host, vec![entry]))
+    hub.put_desired(host, &with_plan(desired, host, vec![entry]))
         .await;
     eventually(
         Duration::from_secs(60),
         "the failure is reported",
         || async {
-            media(&hub, host, guest)
+            media(hub, host, guest)
                 .await
                 .is_some_and(|m| m["last_error"].is_string())
         },
     )
     .await;
-    let report = media(&hub, host, guest).await.unwrap();
+    let report = media(hub, host, guest).await.unwrap();
     assert!(report["last_archive"].is_null(), "{report}");
     let audited = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
     assert!(
@@ -282,7 +282,7 @@ async fn an_archive_that_cannot_be_written_is_reported_failed_with_why() {
         "the failure is audited"
     );
     eventually(Duration::from_secs(30), "the hub alerts", || async {
-        !agent_support::storage::alerts(&hub, host, "bulk_backup_failed")
+        !agent_support::storage::alerts(hub, host, "bulk_backup_failed")
             .await
             .is_empty()
     })
