@@ -185,6 +185,7 @@ async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
 
     // The operator signs the volume's target: its archive lands there.
     let entry = stack.entry("backup", 2);
+    let signed_at = std::time::Instant::now();
     hub.put_desired(host, &with_plan(&desired, host, vec![entry.clone()]))
         .await;
     eventually(
@@ -197,6 +198,10 @@ async fn a_bulk_volume_is_archived_only_where_the_signed_plan_says() {
         },
     )
     .await;
+    eprintln!(
+        "bulk archive: from the signed plan at the hub to the archive in the hub's report: {} ms",
+        signed_at.elapsed().as_millis()
+    );
     let written = archives(&backup, guest);
     assert_eq!(written.len(), 1, "{written:?}");
     let name = written[0].file_name().unwrap().to_str().unwrap().to_owned();
