@@ -183,7 +183,9 @@ impl BulkScheduler {
         }
     }
 
-    /// Archives the most overdue volume, if one is due; whether one ran.
+    /// Archives the most overdue volume, if one is due; whether one was archived (after a
+    /// failure the loop waits its look interval, so a journal that cannot record the failure
+    /// never turns it into a tight retry).
     pub async fn pass(&mut self) -> bool {
         let Some(snapshot) = self.desired.borrow().clone() else {
             return false;
@@ -210,8 +212,7 @@ impl BulkScheduler {
         let Some((due, vmid)) = self.due(planned).await else {
             return false;
         };
-        self.archive(&due, vmid).await;
-        true
+        self.archive(&due, vmid).await
     }
 
     /// The most overdue planned volume of a running guest: never tried first, then the
@@ -269,8 +270,9 @@ impl BulkScheduler {
         }
     }
 
-    /// Archives one volume in its guest's queue slot, and journals and audits how it went.
-    async fn archive(&self, p: &Planned, vmid: u32) {
+    /// Archives one volume in its guest's queue slot, and journals and audits how it went;
+    /// whether it was archived.
+    async fn archive(&self, p: &Planned, vmid: u32) -> bool {
         let request = BulkRequest {
             vmid,
             guest_id: p.guest_id.clone(),
@@ -295,6 +297,7 @@ impl BulkScheduler {
         };
         let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut event;
+        let archived = outcome.is_ok();
         match outcome {
             Ok(done) => {
                 tracing::info!(guest_id = %p.guest_id, volume = %p.volume, target = %p.target, archive = %done.name, size = done.size, took_ms, removed = done.removed, "bulk volume archived");
@@ -337,6 +340,7 @@ impl BulkScheduler {
         if let Err(e) = self.journal.append_audit(event).await {
             tracing::warn!(error = %error_chain(&e), "could not audit a bulk archive");
         }
+        archived
     }
 }
 
