@@ -161,6 +161,7 @@ fn derived_bulk_backups(
                 Some(bosun_proto::data_plan::PlanBulkBackup {
                     guest_id,
                     volume: volume.name.clone(),
+                    path: volume.path.clone(),
                     target: target.clone(),
                     schedule: policy.schedule.clone(),
                     keep_last: policy
@@ -288,6 +289,7 @@ mod tests {
         assert_eq!(file.bulk_backups.len(), 1, "{:?}", file.bulk_backups);
         let entry = &file.bulk_backups[0];
         assert_eq!(entry.volume, "media");
+        assert_eq!(entry.path, "/srv/media");
         assert_eq!(entry.target, "/srv/backup");
         assert_eq!(entry.schedule, "02:00");
         assert_eq!(entry.keep_last, 1, "at least one archive is kept");

@@ -12,8 +12,8 @@ use uuid::Uuid;
 use crate::validate::{self, ValidationError};
 
 mod hot;
-pub(crate) use hot::check_name as check_volume_name;
 pub use hot::{HotVolume, MAX_HOT_VOLUMES};
+pub(crate) use hot::{check_name as check_volume_name, check_path as check_volume_path};
 
 /// The schema name of [`DesiredState`].
 pub use crate::schema_ids::DESIRED as SCHEMA;

@@ -129,6 +129,7 @@ impl MediaBox {
         PlanBulkBackup {
             guest_id: self.guest,
             volume: "media".into(),
+            path: "/srv/media".into(),
             target: self.dir(name).display().to_string(),
             schedule: "daily".into(),
             keep_last,

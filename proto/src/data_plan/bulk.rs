@@ -26,6 +26,10 @@ pub struct PlanBulkBackup {
     pub guest_id: Uuid,
     /// The volume's name in the guest's `bulk_volumes`.
     pub volume: String,
+    /// Where the volume is mounted in the guest: what is archived, signed so that desired
+    /// state can neither point the archive at another of the guest's mount points nor stop
+    /// it by dropping the volume from its list.
+    pub path: String,
     /// Where its archives go: the `durable_id` of a plan target of role `vzdump-target` that
     /// the host reaches as a directory (local directory, USB disk, NFS or CIFS share; not a
     /// PBS datastore).
@@ -54,6 +58,7 @@ pub(super) fn validate(
             });
         }
         crate::desired::check_volume_name(&entry.volume, &|| at("volume"))?;
+        crate::desired::check_volume_path(&entry.path, &|| at("path"))?;
         if !seen.insert((entry.guest_id, entry.volume.as_str())) {
             return Err(ValidationError::Duplicate {
                 field: at("volume"),

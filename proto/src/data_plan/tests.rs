@@ -204,6 +204,7 @@ fn bulk(target: &str) -> PlanBulkBackup {
     PlanBulkBackup {
         guest_id: Uuid::from_u128(9),
         volume: "media".into(),
+        path: "/srv/media".into(),
         target: target.into(),
         schedule: "daily".into(),
         keep_last: 3,
@@ -253,6 +254,9 @@ fn a_bulk_backup_goes_only_to_a_directory_vzdump_target_of_the_plan() {
     let mut b = bulk("/srv/backup");
     b.volume = "Media!".into();
     assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].volume"));
+    let mut b = bulk("/srv/backup");
+    b.path = "/srv/../etc".into();
+    assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].path"));
     let mut b = bulk("/srv/backup");
     b.guest_id = Uuid::nil();
     assert_eq!(field(vec![b]).as_deref(), Some("bulk_backups[0].guest_id"));

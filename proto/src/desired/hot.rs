@@ -75,7 +75,7 @@ pub(crate) fn check_name(name: &str, field: &dyn Fn() -> String) -> Result<(), V
 
 /// Checks a volume's path in the guest: absolute, below `/`, of `[A-Za-z0-9/_.-]`, no `.` or
 /// `..` component.
-pub(super) fn check_path(path: &str, field: &dyn Fn() -> String) -> Result<(), ValidationError> {
+pub(crate) fn check_path(path: &str, field: &dyn Fn() -> String) -> Result<(), ValidationError> {
     validate::text(field, path, 255)?;
     let ok = path.starts_with('/')
         && path != "/"

@@ -87,41 +87,50 @@ pub struct Planned {
     pub running: bool,
 }
 
-/// Every volume of `state` whose archive `plan` names, with where it goes. An entry whose
-/// target is not a directory or whose guest or volume desired state lacks is left out.
+/// Every bulk backup `plan` names for a guest of `state`, with where it goes. What is archived
+/// (the mount point's path) and where are the plan's: a volume desired state drops from its
+/// list, or lists at another path, is archived all the same. Only the size bound is desired
+/// state's (the volume's size; the largest a volume may be when it no longer lists it), and an
+/// archive past it fails, reported. An entry whose target is not a directory is left out.
 pub fn planned(
     state: &DesiredState,
     plan: &DataPlan,
     mount_root: &std::path::Path,
 ) -> Vec<Planned> {
     let mut out = Vec::new();
-    for guest in &state.guests {
-        for volume in &guest.bulk_volumes {
-            let Some(entry) = plan.bulk_backup(guest.guest_id, &volume.name) else {
-                continue;
-            };
-            let Some(target) = plan.target(&entry.target) else {
-                continue;
-            };
-            let storage = target_storage_id(target);
-            let Some(storage_dir) = directory_of(target, &storage, mount_root) else {
-                continue;
-            };
-            out.push(Planned {
-                guest_id: guest.guest_id.to_string(),
-                volume: volume.name.clone(),
-                path: volume.path.clone(),
-                size_gib: volume.size_gib,
-                target: entry.target.clone(),
-                storage_dir,
-                schedule: entry.schedule.clone(),
-                keep_last: entry.keep_last,
-                running: guest.power == Power::Running,
-            });
-        }
+    for entry in &plan.bulk_backups {
+        let Some(guest) = state.guests.iter().find(|g| g.guest_id == entry.guest_id) else {
+            continue;
+        };
+        let Some(target) = plan.target(&entry.target) else {
+            continue;
+        };
+        let storage = target_storage_id(target);
+        let Some(storage_dir) = directory_of(target, &storage, mount_root) else {
+            continue;
+        };
+        let size_gib = guest
+            .bulk_volumes
+            .iter()
+            .find(|v| v.name == entry.volume)
+            .map_or(MAX_VOLUME_GIB, |v| v.size_gib);
+        out.push(Planned {
+            guest_id: guest.guest_id.to_string(),
+            volume: entry.volume.clone(),
+            path: entry.path.clone(),
+            size_gib,
+            target: entry.target.clone(),
+            storage_dir,
+            schedule: entry.schedule.clone(),
+            keep_last: entry.keep_last,
+            running: guest.power == Power::Running,
+        });
     }
     out
 }
+
+/// The largest a bulk volume may be, in GiB (desired state's bound).
+const MAX_VOLUME_GIB: u32 = 65_536;
 
 /// The bulk scheduler's loop.
 pub struct BulkScheduler {

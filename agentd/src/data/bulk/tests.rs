@@ -77,6 +77,7 @@ fn entry(target: &str) -> PlanBulkBackup {
     PlanBulkBackup {
         guest_id: Uuid::parse_str(GUEST).unwrap(),
         volume: "media".into(),
+        path: "/srv/media".into(),
         target: target.into(),
         schedule: "daily".into(),
         keep_last: 4,
@@ -98,11 +99,21 @@ fn only_what_the_signed_plan_names_is_planned_with_its_directory() {
 }
 
 #[test]
-fn a_plan_entry_for_a_volume_desired_state_lacks_plans_nothing() {
-    let state = desired();
-    let mut other = entry("/srv/bosun/backup");
-    other.volume = "downloads".into();
-    assert!(planned(&state, &plan(&state, vec![other]), Path::new("/mnt/b")).is_empty());
+fn desired_state_cannot_stop_or_redirect_a_signed_archive() {
+    let mut state = desired();
+    let signed = plan(&state, vec![entry("/srv/bosun/backup")]);
+    // The volume listed at another path: the plan's path is archived.
+    state.guests[0].bulk_volumes[0].path = "/etc".into();
+    let all = planned(&state, &signed, Path::new("/mnt/b"));
+    assert_eq!(all[0].path, "/srv/media");
+    // The volume dropped from the list: still archived, bounded by the largest volume.
+    state.guests[0].bulk_volumes.clear();
+    let all = planned(&state, &signed, Path::new("/mnt/b"));
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].size_gib, 65_536);
+    // A guest desired state does not have is not entered.
+    state.guests.clear();
+    assert!(planned(&state, &signed, Path::new("/mnt/b")).is_empty());
 }
 
 #[test]
