@@ -63,6 +63,145 @@ pub(super) fn insert_alert(
     })
 }
 
+/// Most alerts one statement of [`insert_alerts`] records.
+const ALERT_CHUNK: usize = 256;
+
+/// Records many alerts, as [`insert_alert`] records one, with two statements per
+/// [`ALERT_CHUNK`] host alerts instead of two per alert (the silences in force on the chunk's
+/// hosts, then the rows): a sweep that pages a third of a large fleet at once was otherwise
+/// tens of thousands of round trips to PostgreSQL in one transaction. Returned in `alerts`'
+/// order. An alert of no host, or of a host already seen, is recorded on its own.
+pub(super) fn insert_alerts(
+    tx: Tx<'_, '_>,
+    now_ms: i64,
+    alerts: &[&PlannedAlert],
+) -> StoreResult<Vec<Alert>> {
+    let mut recorded: Vec<Option<Alert>> = vec![None; alerts.len()];
+    let mut seen = std::collections::HashSet::new();
+    let mut bulk = Vec::new();
+    for (at, alert) in alerts.iter().enumerate() {
+        match alert.host_id {
+            Some(host) if seen.insert(host) => bulk.push((at, host, *alert)),
+            _ => recorded[at] = Some(insert_alert(tx, now_ms, alert)?),
+        }
+    }
+    let mut rest = bulk.as_slice();
+    while !rest.is_empty() {
+        let len = chunk_len(rest.len(), ALERT_CHUNK);
+        let (chunk, after) = rest.split_at(len);
+        rest = after;
+        let hosts: Vec<Uuid> = chunk.iter().map(|(_, host, _)| *host).collect();
+        let silences = silences_in_force(tx, &hosts, now_ms)?;
+        let rows: Vec<(String, &str, Option<i64>)> = chunk
+            .iter()
+            .map(|(_, host, alert)| {
+                let silenced_by = silences
+                    .get(host)
+                    .and_then(|held| first_matching(held, alert.kind, alert.subject.as_deref()));
+                (host.to_string(), alert.kind.as_str(), silenced_by)
+            })
+            .collect();
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(len * 6);
+        for ((_, _, alert), (host, kind, silenced_by)) in chunk.iter().zip(&rows) {
+            values.extend([
+                &now_ms as &dyn rusqlite::ToSql,
+                kind,
+                host,
+                &alert.hostname,
+                &alert.message,
+                silenced_by,
+            ]);
+        }
+        let sql = format!(
+            "INSERT INTO alerts (at_ms, kind, host_id, hostname, message, silenced_by)
+             VALUES {} RETURNING id, host_id",
+            super::tx::values_rows(len, &["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "BIGINT"])
+        );
+        let ids: HashMap<String, i64> = tx
+            .query_map("insert alert", &sql, &values, |r| {
+                Ok((r.get(1)?, r.get(0)?))
+            })?
+            .into_iter()
+            .collect();
+        for ((at, _, alert), (host, _, silenced_by)) in chunk.iter().zip(rows) {
+            let id = ids.get(&host).copied().ok_or_else(|| StoreError::Corrupt {
+                what: "alert",
+                reason: format!("no id came back for the alert of host {host}"),
+            })?;
+            recorded[*at] = Some(Alert {
+                id: unsigned(id),
+                at: ts(now_ms)?,
+                kind: alert.kind,
+                host_id: alert.host_id,
+                hostname: alert.hostname.clone(),
+                message: alert.message.clone(),
+                silenced_by: silenced_by.map(unsigned),
+            });
+        }
+    }
+    Ok(recorded.into_iter().flatten().collect())
+}
+
+/// How many of `left` items the next chunked statement takes: `chunk`, or for the last few
+/// the largest power of two that fits, so a statement of any size uses few distinct texts
+/// and each stays prepared.
+pub(super) fn chunk_len(left: usize, chunk: usize) -> usize {
+    if left >= chunk {
+        chunk
+    } else {
+        1 << left.ilog2()
+    }
+}
+
+/// The silences in force at `now_ms` on each of `hosts`: id, kind and subject.
+fn silences_in_force(
+    tx: Tx<'_, '_>,
+    hosts: &[Uuid],
+    now_ms: i64,
+) -> StoreResult<HashMap<Uuid, Vec<(i64, Option<String>, Option<String>)>>> {
+    let ids: Vec<String> = hosts.iter().map(Uuid::to_string).collect();
+    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&now_ms];
+    values.extend(ids.iter().map(|id| id as &dyn rusqlite::ToSql));
+    let list = (2..=ids.len() + 1)
+        .map(|n| format!("?{n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT host_id, id, kind, subject FROM alert_silences
+         WHERE host_id IN ({list}) AND removed_ms IS NULL AND +until_ms > ?1"
+    );
+    let rows: Vec<(String, i64, Option<String>, Option<String>)> =
+        tx.query_map("match alert silence", &sql, &values, |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
+    let mut by_host: HashMap<Uuid, Vec<_>> = HashMap::new();
+    for (host, id, kind, subject) in rows {
+        by_host
+            .entry(uuid(&host)?)
+            .or_default()
+            .push((id, kind, subject));
+    }
+    Ok(by_host)
+}
+
+/// The oldest of `silences` an alert of `kind` about `subject` falls under.
+fn first_matching(
+    silences: &[(i64, Option<String>, Option<String>)],
+    kind: AlertKind,
+    subject: Option<&str>,
+) -> Option<i64> {
+    silences
+        .iter()
+        .filter(|(_, silenced_kind, silenced_subject)| {
+            silenced_kind.as_deref().is_none_or(|k| k == kind.as_str())
+                && silenced_subject
+                    .as_deref()
+                    .is_none_or(|s| Some(s) == subject)
+        })
+        .map(|(id, ..)| *id)
+        .min()
+}
+
 /// The silence in force at `now_ms` that an alert of `kind` about `subject` on `host_id`
 /// falls under, if any (the oldest, when several do). Hub-wide alerts are never silenced.
 pub(super) fn matching_silence(
@@ -81,16 +220,7 @@ pub(super) fn matching_silence(
         &[&host_id.to_string(), &now_ms],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
-    Ok(silences
-        .into_iter()
-        .filter(|(_, silenced_kind, silenced_subject)| {
-            silenced_kind.as_deref().is_none_or(|k| k == kind.as_str())
-                && silenced_subject
-                    .as_deref()
-                    .is_none_or(|s| Some(s) == subject)
-        })
-        .map(|(id, ..)| id)
-        .min())
+    Ok(first_matching(&silences, kind, subject))
 }
 
 /// The silences in force at `?2` on host `?1` (at most [`MAX_SILENCES_PER_HOST`]), matched

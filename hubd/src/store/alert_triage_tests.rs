@@ -189,3 +189,98 @@ fn triage(store: &dyn Store) {
         Err(StoreError::TooManySilences { .. })
     ));
 }
+
+#[test]
+fn a_sweep_paging_hundreds_of_hosts_at_once_marks_and_alerts_each_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    many_hosts_overdue(&SqliteStore::open(dir.path()).unwrap());
+}
+
+#[test]
+fn a_sweep_paging_hundreds_of_hosts_at_once_marks_and_alerts_each_on_postgresql() {
+    let db = pg::Database::create();
+    many_hosts_overdue(&db.open());
+}
+
+/// 300 of 601 hosts fall silent together (not a mass silence: fewer than half): the sweep
+/// writes them in chunks (256, then 32, 8 and 4), each marked overdue once with its event,
+/// then each paged once, its alert under its own host's silence and no other's.
+fn many_hosts_overdue(store: &dyn Store) {
+    let hosts: Vec<(Uuid, _)> = (0..601).map(|_| enroll(store, None)).collect();
+    let polls = hosts
+        .iter()
+        .map(|(host, key)| poll(*host, key.clone()))
+        .collect();
+    assert!(store.record_polls(polls).unwrap().iter().all(Result::is_ok));
+    let (silent, polling) = hosts.split_at(300);
+    let silenced = silent[7].0;
+    let covering = store
+        .create_silence(&silence(silenced, Some(AlertKind::HostOverdue), None), NOW)
+        .unwrap();
+    store
+        .create_silence(&silence(silent[8].0, None, Some("guest-1")), NOW)
+        .unwrap();
+    let config = DeadManConfig::default();
+    // The others keep polling.
+    let keep_polling = |now_ms| {
+        let polls = polling
+            .iter()
+            .map(|(host, key)| super::PollRecord {
+                now_ms,
+                ..poll(*host, key.clone())
+            })
+            .collect();
+        assert!(store.record_polls(polls).unwrap().iter().all(Result::is_ok));
+    };
+
+    let overdue_at = NOW + 10 * MINUTE;
+    keep_polling(overdue_at);
+    let raised = store.sweep(overdue_at, &config).unwrap();
+    assert!(
+        raised.is_empty(),
+        "paged before the silence window: {raised:?}"
+    );
+    let overdue: Vec<Uuid> = store
+        .list_events(EventQuery {
+            host_id: None,
+            after: None,
+            limit: 10_000,
+        })
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "overdue")
+        .filter_map(|e| e.host_id)
+        .collect();
+    let mut expected: Vec<Uuid> = silent.iter().map(|(host, _)| *host).collect();
+    expected.sort();
+    let mut marked = overdue.clone();
+    marked.sort();
+    assert_eq!(marked, expected, "each silent host's `overdue` event, once");
+
+    let paged_at = overdue_at + config.silence_window.as_millis() as i64;
+    keep_polling(paged_at);
+    let raised = store.sweep(paged_at, &config).unwrap();
+    let mut paged: Vec<Uuid> = raised.iter().filter_map(|a| a.host_id).collect();
+    paged.sort();
+    assert_eq!(paged, expected, "each silent host paged once");
+    assert!(raised.iter().all(|a| a.kind == AlertKind::HostOverdue));
+    let ids: std::collections::BTreeSet<u64> = raised.iter().map(|a| a.id).collect();
+    assert_eq!(ids.len(), 300, "each alert its own id");
+    for alert in &raised {
+        let expected = (alert.host_id == Some(silenced)).then_some(covering.id);
+        assert_eq!(alert.silenced_by, expected, "{alert:?}");
+        assert!(alert.message.contains(alert.hostname.as_deref().unwrap()));
+    }
+    // What the sweep returned is what was stored: each host's alert open, under its silence.
+    let stored: Vec<(Uuid, Option<u64>)> = open(store, paged_at)
+        .iter()
+        .filter(|a| a.kind == AlertKind::HostOverdue)
+        .map(|a| (a.host_id, a.silenced_by))
+        .collect();
+    assert_eq!(stored.len(), 300);
+    for (host, silenced_by) in stored {
+        assert!(expected.binary_search(&host).is_ok());
+        assert_eq!(silenced_by, (host == silenced).then_some(covering.id));
+    }
+    assert!(store.sweep(paged_at + MINUTE, &config).unwrap().is_empty());
+}

@@ -6,13 +6,13 @@ use bosun_proto::desired::DesiredState;
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::alert_triage::insert_alert;
+use super::alert_triage::{chunk_len, insert_alerts};
 use super::codec::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::poll_report::{self, HOST_ROW_COLUMNS, HostFacts, HostRow};
 use super::stored_report;
 use super::tx::{Dialect, Row, Tx};
 use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
-use crate::deadman::{AlertState, LivenessRow, SweepPlan};
+use crate::deadman::{AlertState, HostChange, LivenessRow, PlannedAlert, SweepPlan};
 
 /// The host summary's statement; `filter` follows its joins. Only the fingerprint the stored
 /// report names is read in each dialect's own JSON syntax (a report that is not JSON names none).
@@ -533,43 +533,36 @@ pub(super) fn liveness(
 /// event nor its overdue alert. Nothing locks the table, so polls of the other hosts go on
 /// while a sweep writes; rows are written in host-id order, the order poll batches lock them
 /// in, so the two wait for each other instead of deadlocking.
+///
+/// The changes go [`SWEEP_CHUNK`] hosts to a statement (and their `overdue` events one
+/// statement a chunk): when a third of a large fleet goes silent at once, a statement per host
+/// was tens of thousands of round trips to PostgreSQL in one transaction, seconds in which the
+/// sweep's CPU slowed every other host's poll.
 pub(super) fn apply_sweep(
     tx: Tx<'_, '_>,
     plan: &SweepPlan,
     now_ms: i64,
 ) -> StoreResult<Vec<bosun_proto::admin::Alert>> {
-    let mut changes: Vec<_> = plan.changes.iter().collect();
+    let mut changes: Vec<&HostChange> = plan.changes.iter().collect();
     changes.sort_by_key(|change| change.host_id);
     let mut polled = std::collections::HashSet::new();
-    for change in changes {
-        let changed = tx.execute(
-            "apply sweep",
-            "UPDATE hosts SET overdue_since_ms = ?1, alert_state = ?2
-             WHERE host_id = ?3 AND status = 'active' AND last_seen_ms = ?4",
-            params![
-                change.overdue_since_ms,
-                change.alert_state.as_str(),
-                change.host_id.to_string(),
-                change.last_seen_ms
-            ],
-        )?;
-        if changed == 0 {
-            // Polled since the plan read it (or no longer active): nothing to say about it.
-            polled.insert(change.host_id);
-            continue;
-        }
-        if change.newly_overdue {
-            tx.event(
-                now_ms,
-                Some(change.host_id),
-                "overdue",
-                &if change.after_stop {
-                    serde_json::json!({ "after_planned_stop": true })
-                } else {
-                    serde_json::json!({})
-                },
-            )?;
-        }
+    let mut rest = changes.as_slice();
+    while !rest.is_empty() {
+        let (chunk, after) = rest.split_at(chunk_len(rest.len(), SWEEP_CHUNK));
+        rest = after;
+        let changed = apply_sweep_chunk(tx, chunk)?;
+        polled.extend(
+            chunk
+                .iter()
+                .map(|change| change.host_id)
+                .filter(|host| !changed.contains(host)),
+        );
+        let newly: Vec<&HostChange> = chunk
+            .iter()
+            .copied()
+            .filter(|change| change.newly_overdue && changed.contains(&change.host_id))
+            .collect();
+        log_overdue(tx, &newly, now_ms)?;
     }
     tx.execute(
         "apply sweep",
@@ -581,9 +574,74 @@ pub(super) fn apply_sweep(
             b"0".as_slice()
         }],
     )?;
-    plan.alerts
+    let alerts: Vec<&PlannedAlert> = plan
+        .alerts
         .iter()
         .filter(|alert| alert.host_id.is_none_or(|host| !polled.contains(&host)))
-        .map(|alert| insert_alert(tx, now_ms, alert))
-        .collect()
+        .collect();
+    insert_alerts(tx, now_ms, &alerts)
+}
+
+/// Most hosts one statement of a sweep changes.
+const SWEEP_CHUNK: usize = 256;
+
+/// One statement for `chunk`: each host's overdue mark and alert state, where its last poll is
+/// still the plan's. Returns the hosts it changed.
+fn apply_sweep_chunk(
+    tx: Tx<'_, '_>,
+    chunk: &[&HostChange],
+) -> StoreResult<std::collections::HashSet<Uuid>> {
+    let sql = format!(
+        "UPDATE hosts SET overdue_since_ms = v.column2, alert_state = v.column3
+         FROM (VALUES {}) AS v
+         WHERE hosts.host_id = v.column1 AND hosts.status = 'active'
+           AND hosts.last_seen_ms = v.column4
+         RETURNING hosts.host_id",
+        super::tx::values_rows(chunk.len(), &["TEXT", "BIGINT", "TEXT", "BIGINT"])
+    );
+    let rows: Vec<(String, &str)> = chunk
+        .iter()
+        .map(|c| (c.host_id.to_string(), c.alert_state.as_str()))
+        .collect();
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
+    for (change, (id, state)) in chunk.iter().zip(&rows) {
+        values.extend([
+            id as &dyn rusqlite::ToSql,
+            &change.overdue_since_ms,
+            state,
+            &change.last_seen_ms,
+        ]);
+    }
+    let changed: Vec<String> = tx.query_map("apply sweep", &sql, &values, |r| r.get(0))?;
+    changed.iter().map(|id| uuid(id)).collect()
+}
+
+/// The `overdue` event of each host in `newly`, in one statement.
+fn log_overdue(tx: Tx<'_, '_>, newly: &[&HostChange], now_ms: i64) -> StoreResult<()> {
+    let mut rest = newly;
+    while !rest.is_empty() {
+        let (chunk, after) = rest.split_at(chunk_len(rest.len(), SWEEP_CHUNK));
+        rest = after;
+        let sql = format!(
+            "INSERT INTO events (at_ms, host_id, kind, detail) VALUES {}",
+            super::tx::values_rows(chunk.len(), &["BIGINT", "TEXT", "TEXT", "TEXT"])
+        );
+        let rows: Vec<(String, &str)> = chunk
+            .iter()
+            .map(|change| {
+                let detail = if change.after_stop {
+                    r#"{"after_planned_stop":true}"#
+                } else {
+                    "{}"
+                };
+                (change.host_id.to_string(), detail)
+            })
+            .collect();
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
+        for (id, detail) in &rows {
+            values.extend([&now_ms as &dyn rusqlite::ToSql, id, &"overdue", detail]);
+        }
+        tx.execute_later("apply sweep", &sql, &values)?;
+    }
+    Ok(())
 }

@@ -267,3 +267,23 @@ impl Tx<'_, '_> {
         super::codec::host_status(&status.ok_or(StoreError::UnknownHost { host_id })?)
     }
 }
+
+/// `(?1, ?2, …), (…), …`: `rows` rows of the given SQL types, numbered from `?1`.
+pub(super) fn values_rows(rows: usize, types: &[&str]) -> String {
+    let mut text = String::with_capacity(rows * types.len() * 24);
+    for row in 0..rows {
+        if row > 0 {
+            text.push_str(", ");
+        }
+        text.push('(');
+        for (column, ty) in types.iter().enumerate() {
+            if column > 0 {
+                text.push_str(", ");
+            }
+            let n = row * types.len() + column + 1;
+            text.push_str(&format!("CAST(?{n} AS {ty})"));
+        }
+        text.push(')');
+    }
+    text
+}
