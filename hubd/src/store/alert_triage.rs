@@ -153,12 +153,16 @@ pub(super) fn chunk_len(left: usize, chunk: usize) -> usize {
     }
 }
 
-/// The silences in force at `now_ms` on each of `hosts`: id, kind and subject.
+/// A silence in force as an alert is matched to it: its id, and the kind and subject it is
+/// limited to, if any.
+type HeldSilence = (i64, Option<String>, Option<String>);
+
+/// The silences in force at `now_ms` on each of `hosts`.
 fn silences_in_force(
     tx: Tx<'_, '_>,
     hosts: &[Uuid],
     now_ms: i64,
-) -> StoreResult<HashMap<Uuid, Vec<(i64, Option<String>, Option<String>)>>> {
+) -> StoreResult<HashMap<Uuid, Vec<HeldSilence>>> {
     let ids: Vec<String> = hosts.iter().map(Uuid::to_string).collect();
     let mut values: Vec<&dyn rusqlite::ToSql> = vec![&now_ms];
     values.extend(ids.iter().map(|id| id as &dyn rusqlite::ToSql));
@@ -185,11 +189,7 @@ fn silences_in_force(
 }
 
 /// The oldest of `silences` an alert of `kind` about `subject` falls under.
-fn first_matching(
-    silences: &[(i64, Option<String>, Option<String>)],
-    kind: AlertKind,
-    subject: Option<&str>,
-) -> Option<i64> {
+fn first_matching(silences: &[HeldSilence], kind: AlertKind, subject: Option<&str>) -> Option<i64> {
     silences
         .iter()
         .filter(|(_, silenced_kind, silenced_subject)| {
@@ -214,7 +214,7 @@ pub(super) fn matching_silence(
     let Some(host_id) = host_id else {
         return Ok(None);
     };
-    let silences: Vec<(i64, Option<String>, Option<String>)> = tx.query_map(
+    let silences: Vec<HeldSilence> = tx.query_map(
         "match alert silence",
         MATCHING_SILENCE_SQL,
         &[&host_id.to_string(), &now_ms],

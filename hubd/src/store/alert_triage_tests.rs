@@ -207,10 +207,7 @@ fn a_sweep_paging_hundreds_of_hosts_at_once_marks_and_alerts_each_on_postgresql(
 /// then each paged once, its alert under its own host's silence and no other's.
 fn many_hosts_overdue(store: &dyn Store) {
     let hosts: Vec<(Uuid, _)> = (0..601).map(|_| enroll(store, None)).collect();
-    let polls = hosts
-        .iter()
-        .map(|(host, key)| poll(*host, key.clone()))
-        .collect();
+    let polls = hosts.iter().map(|(host, key)| poll(*host, *key)).collect();
     assert!(store.record_polls(polls).unwrap().iter().all(Result::is_ok));
     let (silent, polling) = hosts.split_at(300);
     let silenced = silent[7].0;
@@ -227,7 +224,7 @@ fn many_hosts_overdue(store: &dyn Store) {
             .iter()
             .map(|(host, key)| super::PollRecord {
                 now_ms,
-                ..poll(*host, key.clone())
+                ..poll(*host, *key)
             })
             .collect();
         assert!(store.record_polls(polls).unwrap().iter().all(Result::is_ok));
@@ -257,7 +254,7 @@ fn many_hosts_overdue(store: &dyn Store) {
     marked.sort();
     assert_eq!(marked, expected, "each silent host's `overdue` event, once");
 
-    let paged_at = overdue_at + config.silence_window.as_millis() as i64;
+    let paged_at = overdue_at + i64::try_from(config.silence_window.as_millis()).unwrap();
     keep_polling(paged_at);
     let raised = store.sweep(paged_at, &config).unwrap();
     let mut paged: Vec<Uuid> = raised.iter().filter_map(|a| a.host_id).collect();

@@ -91,7 +91,7 @@ fn main() -> anyhow::Result<()> {
 async fn bench(args: Args, hub_runtime: tokio::runtime::Handle) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("hub-bench-{}", Uuid::new_v4()));
     let outcome = match &args.store {
-        Some(url) => replicas::run(&args, url, &dir).await,
+        Some(url) => replicas::run(&args, url, (&dir, &hub_runtime)).await,
         None => run_phases(&args, &dir, &hub_runtime).await,
     };
     if let Err(err) = std::fs::remove_dir_all(&dir) {
@@ -175,6 +175,38 @@ async fn run_phases(
     served.await??;
 
     // Phase 3: a bare axum hello-world over the same TLS configuration, on the hub's runtime.
+    let hello = hello_world(&client, rate, args, args.saturate, (dir, hub_runtime)).await?;
+    let hello_rate = hello.max_rate;
+    println!(
+        "max rate: hub polls {hub_rate:.0}/s, bare axum hello {hello_rate:.0}/s, ratio {:.2}",
+        hub_rate / hello_rate.max(1.0)
+    );
+    println!(
+        "headroom: the hub sustains {:.1}x the fleet's {rate:.0} polls/s",
+        hub_rate / rate.max(1.0)
+    );
+    Ok(())
+}
+
+/// What the bare hello-world measured: its CPU per 1,000 requests at the fleet's rate, and
+/// its maximum rate (0 without `--saturate`).
+pub(crate) struct HelloFigures {
+    /// The hub runtime's CPU per 1,000 answered requests at the fleet's rate, in ms.
+    pub cpu_per_1k_ms: f64,
+    /// Requests a second at most, closed loop.
+    pub max_rate: f64,
+}
+
+/// A bare axum hello-world over the hub's TLS identity in `dir`, on the hub's runtime, at the
+/// fleet's open-loop `rate` for the run's duration and then for `saturate` seconds as fast as
+/// it goes: the floor a poll's CPU and latency are compared with, printed as `hello` lines.
+pub(crate) async fn hello_world(
+    client: &reqwest::Client,
+    rate: f64,
+    args: &Args,
+    saturate_s: u64,
+    (dir, hub_runtime): (&std::path::Path, &tokio::runtime::Handle),
+) -> anyhow::Result<HelloFigures> {
     let identity = bosun_hubd::tls::load(&bosun_hubd::tls::TlsSource::SelfSigned, dir)?;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
@@ -205,26 +237,23 @@ async fn run_phases(
     let requests = hello_latencies.len();
     report_latencies("hello", rate, args.duration, hello_latencies);
     report_cpu("hello", hello_cpu, requests, args.duration);
-    let hello_rate = {
+    let max_rate = if saturate_s > 0 {
         let client = client.clone();
         saturate(
             args.concurrency,
-            Duration::from_secs(args.saturate),
+            Duration::from_secs(saturate_s),
             move || get(client.get(&hello_url)),
         )
         .await
+    } else {
+        0.0
     };
     handle.graceful_shutdown(Some(Duration::from_secs(1)));
     hello_server.await??;
-    println!(
-        "max rate: hub polls {hub_rate:.0}/s, bare axum hello {hello_rate:.0}/s, ratio {:.2}",
-        hub_rate / hello_rate.max(1.0)
-    );
-    println!(
-        "headroom: the hub sustains {:.1}x the fleet's {rate:.0} polls/s",
-        hub_rate / rate.max(1.0)
-    );
-    Ok(())
+    Ok(HelloFigures {
+        cpu_per_1k_ms: cpu::per_thousand(hello_cpu.hub, requests),
+        max_rate,
+    })
 }
 
 /// Every host sends its first (full) report before the timed phases, as a fleet that has

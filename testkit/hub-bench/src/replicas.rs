@@ -37,7 +37,11 @@ impl Drop for Replica {
     }
 }
 
-pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    args: &Args,
+    url: &str,
+    (dir, hub_runtime): (&Path, &tokio::runtime::Handle),
+) -> anyhow::Result<()> {
     let location = StoreLocation::parse(url).map_err(anyhow::Error::msg)?;
     let report = bosun_hubd::init_store(dir, vec!["localhost".into()], false, &location)
         .context("initializing the hub (the database must be empty)")?;
@@ -176,12 +180,21 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
     match (postgres.as_ref(), pg_before) {
         (Some(pg), Some(before)) => {
             let pg_cpu = pg.seconds() - before;
+            let total = per_1k(replicas_cpu + pg_cpu);
             println!(
-                "cpu per 1k polls: {what} {:.0} ms, postgres {:.0} ms, total {:.0} ms ({polls_ok} polls)",
+                "cpu per 1k polls: {what} {:.0} ms, postgres {:.0} ms, total {total:.0} ms ({polls_ok} polls)",
                 per_1k(replicas_cpu),
                 per_1k(pg_cpu),
-                per_1k(replicas_cpu + pg_cpu),
             );
+            if !failover {
+                // The floor in the same run: a bare hello-world at the fleet's rate.
+                let hello = super::hello_world(&client, rate, args, 0, (dir, hub_runtime)).await?;
+                println!(
+                    "ratio: replicas + postgres {total:.0} ms per 1k polls, {:.1}x the hello-world's {:.0} ms per 1k requests",
+                    total / hello.cpu_per_1k_ms.max(f64::MIN_POSITIVE),
+                    hello.cpu_per_1k_ms
+                );
+            }
         }
         _ => println!(
             "cpu per 1k polls: {what} {:.0} ms (the PostgreSQL server is not on this machine)",
