@@ -6,7 +6,23 @@
 //! out of `bosun-agentd` (docs/benchmarks.md, "Agent core"); the loader reads that table once
 //! at start, so it stayed resident for the agent's whole life. Needs glibc 2.36 (Debian 12,
 //! Proxmox VE 8) at run time; the package's `$auto` dependency says so.
+//!
+//! `--symbol-ordering-file=hot-code.txt` (decision 0091): the functions an idle agent runs,
+//! as `scripts/agent-hot-code` listed them, laid out together at the start of the code, so
+//! the few 64 KiB windows the kernel maps around them are all an idle agent keeps resident of
+//! its code once it gave the rest back. Only where the linker is LLD (rustc's default for
+//! x86-64 Linux); names the binary no longer has are skipped without a warning.
 
 fn main() {
     println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    println!("cargo::rerun-if-changed=hot-code.txt");
+    let order = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default())
+        .join("hot-code.txt");
+    if std::env::var("TARGET").as_deref() == Ok("x86_64-unknown-linux-gnu") && order.is_file() {
+        println!(
+            "cargo::rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+            order.display()
+        );
+        println!("cargo::rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+    }
 }

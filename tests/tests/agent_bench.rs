@@ -7,7 +7,10 @@
 //!   of the simulator's realistic defaults (restore 3 s, start 0.3 s);
 //! - idle RSS and CPU of the `bosun-agentd` binary at a 30 s poll, when
 //!   `BOSUN_AGENTD_BIN` names it (build it first): enrolled with nothing desired, then
-//!   keeping 20 guests with two storage targets, the local API and metrics.
+//!   keeping 20 guests with two storage targets, the local API and metrics. With
+//!   `BOSUN_AGENTD_CALLGRIND` naming a directory, the binary runs under valgrind's callgrind,
+//!   which counts only the watched minute of each figure and writes it there:
+//!   `scripts/agent-hot-code` makes the agent's code layout from it (decision 0091).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
@@ -175,7 +178,24 @@ async fn idle_stack() -> (SimHandle, RealHub, AgentFiles) {
 /// The agent binary on `files`' config, as systemd runs it (no environment beyond the log
 /// filter).
 fn spawn_agent(bin: &str, files: &AgentFiles) -> std::process::Child {
-    std::process::Command::new(bin)
+    let mut command = match callgrind_dir() {
+        Some(dir) => {
+            let mut command = std::process::Command::new("valgrind");
+            command
+                .arg("--tool=callgrind")
+                .arg("--instr-atstart=no")
+                .arg(format!("--callgrind-out-file={dir}/callgrind.%p"))
+                .args([
+                    "--demangle=no",
+                    "--compress-strings=no",
+                    "--compress-pos=no",
+                ])
+                .arg(bin);
+            command
+        }
+        None => std::process::Command::new(bin),
+    };
+    command
         .arg("--config")
         .arg(&files.config_path)
         .env("RUST_LOG", "warn")
@@ -190,7 +210,7 @@ async fn idle_figures(bin: &str) {
     let (sim, hub, files) = idle_stack().await;
     let mut child = spawn_agent(bin, &files);
     tokio::time::sleep(SETTLE).await;
-    let seen = watch_idle(child.id(), &sim).await;
+    let seen = profiled(child.id(), watch_idle(child.id(), &sim)).await;
     seen.print(&format!("idle at a {} s poll", IDLE_PACE.as_secs()));
     assert_eq!(seen.mutations, 0, "an idle agent changed nothing");
     let _ = child.kill();
@@ -272,7 +292,7 @@ async fn busy_idle_figures(bin: &str) {
     )
     .await;
     tokio::time::sleep(SETTLE).await;
-    let seen = watch_idle(child.id(), &sim).await;
+    let seen = profiled(child.id(), watch_idle(child.id(), &sim)).await;
     seen.print(&format!(
         "idle at a {} s poll with {BUSY_GUESTS} guests, 2 storage targets, local api and metrics",
         IDLE_PACE.as_secs()
@@ -350,6 +370,29 @@ fn ticks(pid: u32) -> u64 {
 }
 
 /// Watches the agent `pid` for [`WATCH`].
+/// Where the agent's callgrind profiles go, when they are asked for.
+fn callgrind_dir() -> Option<String> {
+    std::env::var("BOSUN_AGENTD_CALLGRIND").ok()
+}
+
+/// Runs `watch`; an agent under callgrind counts only meanwhile, and writes its profile after.
+async fn profiled<T>(pid: u32, watch: impl std::future::Future<Output = T>) -> T {
+    let control = |args: &[&str]| {
+        if callgrind_dir().is_some() {
+            let status = std::process::Command::new("callgrind_control")
+                .args(args)
+                .arg(pid.to_string())
+                .status()
+                .unwrap();
+            assert!(status.success(), "callgrind_control {args:?}: {status}");
+        }
+    };
+    control(&["--instr=on"]);
+    let seen = watch.await;
+    control(&["--dump"]);
+    seen
+}
+
 async fn watch_idle(pid: u32, sim: &SimHandle) -> IdleSeen {
     let before = mutations(sim).len();
     let (t0, threads0, w0) = (ticks(pid), threads(pid), Instant::now());
