@@ -52,6 +52,16 @@ pub(super) fn insert_alert(
         ],
         |r| r.get(0),
     )?;
+    recorded(alert, id, now_ms, silenced_by)
+}
+
+/// `alert` as recorded: with its id, when, and the silence it fell under.
+fn recorded(
+    alert: &PlannedAlert,
+    id: i64,
+    now_ms: i64,
+    silenced_by: Option<i64>,
+) -> StoreResult<Alert> {
     Ok(Alert {
         id: unsigned(id),
         at: ts(now_ms)?,
@@ -76,13 +86,13 @@ pub(super) fn insert_alerts(
     now_ms: i64,
     alerts: &[&PlannedAlert],
 ) -> StoreResult<Vec<Alert>> {
-    let mut recorded: Vec<Option<Alert>> = vec![None; alerts.len()];
+    let mut done: Vec<Option<Alert>> = vec![None; alerts.len()];
     let mut seen = std::collections::HashSet::new();
     let mut bulk = Vec::new();
     for (at, alert) in alerts.iter().enumerate() {
         match alert.host_id {
             Some(host) if seen.insert(host) => bulk.push((at, host, *alert)),
-            _ => recorded[at] = Some(insert_alert(tx, now_ms, alert)?),
+            _ => done[at] = Some(insert_alert(tx, now_ms, alert)?),
         }
     }
     let mut rest = bulk.as_slice();
@@ -128,18 +138,10 @@ pub(super) fn insert_alerts(
                 what: "alert",
                 reason: format!("no id came back for the alert of host {host}"),
             })?;
-            recorded[*at] = Some(Alert {
-                id: unsigned(id),
-                at: ts(now_ms)?,
-                kind: alert.kind,
-                host_id: alert.host_id,
-                hostname: alert.hostname.clone(),
-                message: alert.message.clone(),
-                silenced_by: silenced_by.map(unsigned),
-            });
+            done[*at] = Some(recorded(alert, id, now_ms, silenced_by)?);
         }
     }
-    Ok(recorded.into_iter().flatten().collect())
+    Ok(done.into_iter().flatten().collect())
 }
 
 /// How many of `left` items the next chunked statement takes: `chunk`, or for the last few
