@@ -97,7 +97,7 @@ pub(super) fn insert_alerts(
     }
     let mut rest = bulk.as_slice();
     while !rest.is_empty() {
-        let len = chunk_len(rest.len(), ALERT_CHUNK);
+        let len = super::tx::chunk_len(rest.len(), ALERT_CHUNK);
         let (chunk, after) = rest.split_at(len);
         rest = after;
         let hosts: Vec<Uuid> = chunk.iter().map(|(_, host, _)| *host).collect();
@@ -142,17 +142,6 @@ pub(super) fn insert_alerts(
         }
     }
     Ok(done.into_iter().flatten().collect())
-}
-
-/// How many of `left` items the next chunked statement takes: `chunk`, or for the last few
-/// the largest power of two that fits, so a statement of any size uses few distinct texts
-/// and each stays prepared.
-pub(super) fn chunk_len(left: usize, chunk: usize) -> usize {
-    if left >= chunk {
-        chunk
-    } else {
-        1 << left.ilog2()
-    }
 }
 
 /// A silence in force as an alert is matched to it: its id, and the kind and subject it is

@@ -6,11 +6,11 @@ use bosun_proto::desired::DesiredState;
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::alert_triage::{chunk_len, insert_alerts};
+use super::alert_triage::insert_alerts;
 use super::codec::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::poll_report::{self, HOST_ROW_COLUMNS, HostFacts, HostRow};
 use super::stored_report;
-use super::tx::{Dialect, Row, Tx};
+use super::tx::{Dialect, Row, Tx, chunk_len};
 use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
 use crate::deadman::{AlertState, HostChange, LivenessRow, PlannedAlert, SweepPlan};
 

@@ -287,3 +287,14 @@ pub(super) fn values_rows(rows: usize, types: &[&str]) -> String {
     }
     text
 }
+
+/// How many of `left` items the next chunked statement takes: `chunk`, or for the last few
+/// the largest power of two that fits, so a statement of any size uses few distinct texts
+/// and each stays prepared.
+pub(super) fn chunk_len(left: usize, chunk: usize) -> usize {
+    if left >= chunk {
+        chunk
+    } else {
+        1 << left.ilog2()
+    }
+}
