@@ -328,6 +328,48 @@ pub(crate) fn ssh_keygen_sign(
     Ok(())
 }
 
+/// Signs `bytes` that must never touch the disk (they hold a secret) with `ssh-keygen -Y sign
+/// -n NAMESPACE -f KEY` reading them on standard input; returns the armored signature, which
+/// it writes to standard output. The operator's agent, passphrase or FIDO touch is asked for on
+/// the terminal, as for a file.
+pub(crate) fn sign_in_memory(
+    program: &Path,
+    namespace: &str,
+    key: &Path,
+    bytes: &[u8],
+) -> Result<String, CtlError> {
+    use std::io::Write;
+    let spawn_err = |source| CtlError::ReadInput {
+        path: program.to_owned(),
+        source,
+    };
+    let mut child = Command::new(program)
+        .args(["-Y", "sign", "-n", namespace, "-f"])
+        .arg(key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_err)?;
+    // Closing standard input (dropping it) tells ssh-keygen the message is complete.
+    let written = child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(bytes))
+        .unwrap_or(Ok(()));
+    let output = child.wait_with_output().map_err(spawn_err)?;
+    if !output.status.success() || written.is_err() {
+        return Err(CtlError::BadArgument {
+            what: "ssh-keygen -Y sign",
+            reason: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    String::from_utf8(output.stdout).map_err(|_| CtlError::BadArgument {
+        what: "ssh-keygen -Y sign",
+        reason: "the signature is not text".to_owned(),
+    })
+}
+
 /// Signs `bytes` exactly as given with `ssh-keygen -Y sign -n NAMESPACE -f KEY` and returns
 /// the armored signature. `ssh-keygen` signs a file: the bytes go to `BESIDE.document` and
 /// the signature to `BESIDE.document.sig`; neither file is kept, whatever happened.

@@ -15,6 +15,14 @@
 //! agent opens it for that target on that host only, so a hub cannot move the password onto
 //! a server of its own.
 //!
+//! Sealing is not signing: the recipient is public, so anyone (the hub included) could seal a
+//! secret of their own to it. What is sealed is therefore the operator's signed statement: the
+//! document above, issued now, signed with the operator's key (`--key`, through `ssh-keygen -Y
+//! sign -n bosun-credential@v1`, the document handed over on standard input so the secret
+//! never touches the disk), in a `bosun.signed-credential/v1` envelope. The agent takes it only
+//! with a signature its `allowed_signers` trusts, and of two credentials for one target keeps
+//! the one issued later (decision 0095).
+//!
 //! `--tunnel-id UUID` seals the tunnel's credentials instead (the credentials file
 //! `cloudflared tunnel create` wrote, for desired state's `tunnel_credentials`): the same
 //! document names the tunnel in place of a target, and the agent opens it for that tunnel on
@@ -27,7 +35,9 @@ use std::str::FromStr;
 use bosun_proto::admin::HostDetail;
 use bosun_proto::data_plan::TargetIdentity;
 use bosun_proto::desired::{StorageTarget, StorageType};
-use bosun_proto::sealed_credential::{SealedCredential, TunnelCredential};
+use bosun_proto::sealed_credential::{
+    CREDENTIAL_NAMESPACE, CredentialEnvelope, SealedCredential, TunnelCredential,
+};
 use bosun_proto::secret::{SealedSecret, SecretToken};
 use clap::Subcommand;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -61,6 +71,14 @@ pub enum SecretCommand {
         /// not part of the secret.
         #[arg(long)]
         file: Option<PathBuf>,
+        /// The operator's private key (or its `sk-` handle file) that signs what is sealed:
+        /// the host takes a credential only with a signature its `allowed_signers` trusts for
+        /// `bosun-credential@v1`.
+        #[arg(long, short = 'f')]
+        key: PathBuf,
+        /// The `ssh-keygen` program.
+        #[arg(long, default_value = "ssh-keygen")]
+        ssh_keygen: PathBuf,
         /// The target the secret is for.
         #[command(flatten)]
         target: TargetArgs,
@@ -183,6 +201,8 @@ pub async fn run(
             host,
             recipient,
             file,
+            key,
+            ssh_keygen,
             target,
         } => {
             let subject = match target.tunnel_id {
@@ -203,19 +223,27 @@ pub async fn run(
                 what: "secret",
                 reason: "not UTF-8 text".to_owned(),
             })?;
-            let sealed = match subject {
-                Subject::Target(identity) => seal(
-                    &recipient,
-                    &SealedCredential::new(host, identity, SecretToken::new(secret)),
-                )?,
+            let issued_at = jiff::Timestamp::now();
+            let document = match subject {
+                Subject::Target(identity) => document_bytes(&SealedCredential::new(
+                    host,
+                    identity,
+                    issued_at,
+                    SecretToken::new(secret),
+                ))?,
                 Subject::Tunnel(tunnel_id) => {
                     check_tunnel_file(secret, tunnel_id)?;
-                    seal(
-                        &recipient,
-                        &TunnelCredential::new(host, tunnel_id, SecretToken::new(secret)),
-                    )?
+                    document_bytes(&TunnelCredential::new(
+                        host,
+                        tunnel_id,
+                        issued_at,
+                        SecretToken::new(secret),
+                    ))?
                 }
             };
+            let signature =
+                crate::job_sign::sign_in_memory(ssh_keygen, CREDENTIAL_NAMESPACE, key, &document)?;
+            let sealed = seal(&recipient, &CredentialEnvelope::new(&document, &signature))?;
             crate::table::block(sealed.armored())
         }
     }
@@ -233,6 +261,16 @@ async fn pinned_recipient(
     let detail: HostDetail = decode("host detail", value)?;
     let reported = detail.last_report.and_then(|r| r.storage_recipient);
     crate::recipients::for_sealing(host, known.get(host), reported.as_deref())
+}
+
+/// The exact bytes of a credential document, wiped when dropped.
+fn document_bytes<T: serde::Serialize>(document: &T) -> Result<Zeroizing<Vec<u8>>, CtlError> {
+    serde_json::to_vec(document)
+        .map(Zeroizing::new)
+        .map_err(|_| CtlError::BadArgument {
+            what: "secret",
+            reason: "cannot be written as JSON".to_owned(),
+        })
 }
 
 fn read_secret(file: Option<&PathBuf>) -> Result<Zeroizing<Vec<u8>>, CtlError> {
@@ -269,24 +307,15 @@ fn read_secret(file: Option<&PathBuf>) -> Result<Zeroizing<Vec<u8>>, CtlError> {
     Ok(bytes)
 }
 
-/// Seals `credential` (a secret bound to its host and target or tunnel: a
-/// [`SealedCredential`] or a [`TunnelCredential`]) to the age recipient `recipient`.
-pub fn seal<T: serde::Serialize>(
-    recipient: &str,
-    credential: &T,
-) -> Result<SealedSecret, CtlError> {
+/// Seals `envelope` (a [`SealedCredential`] or [`TunnelCredential`] document and the
+/// operator's signature over it) to the age recipient `recipient`.
+pub fn seal(recipient: &str, envelope: &CredentialEnvelope) -> Result<SealedSecret, CtlError> {
     let bad = |reason: String| CtlError::BadArgument {
         what: "recipient",
         reason,
     };
     let recipient = age::x25519::Recipient::from_str(recipient).map_err(|e| bad(e.to_string()))?;
-    let plaintext =
-        Zeroizing::new(
-            serde_json::to_vec(credential).map_err(|_| CtlError::BadArgument {
-                what: "secret",
-                reason: "cannot be written as JSON".to_owned(),
-            })?,
-        );
+    let plaintext = envelope.to_plaintext();
     let armored = age::encrypt_and_armor(&recipient, &plaintext).map_err(|e| bad(e.to_string()))?;
     SealedSecret::try_from(armored).map_err(bad)
 }
@@ -299,10 +328,18 @@ mod tests {
     use crate::cli::{Cli, Command};
 
     fn seal_args(args: &[&str]) -> Result<TargetArgs, clap::Error> {
-        let argv = ["bosunctl", "secret", "seal", "--host", "h1"]
-            .iter()
-            .chain(args)
-            .copied();
+        let argv = [
+            "bosunctl",
+            "secret",
+            "seal",
+            "--host",
+            "h1",
+            "--key",
+            "id_ed25519",
+        ]
+        .iter()
+        .chain(args)
+        .copied();
         match Cli::try_parse_from(argv)?.command {
             Command::Secret(SecretCommand::Seal { target, .. }) => Ok(target),
             other => panic!("parsed as {other:?}"),
@@ -372,8 +409,45 @@ mod tests {
         }
     }
 
+    /// An operator key made by the stock `ssh-keygen`, and the `allowed_signers` trusting it
+    /// for credentials.
+    fn operator(dir: &std::path::Path) -> (PathBuf, bosun_signing::AllowedSigners) {
+        let key = dir.join("id_ed25519");
+        let status = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "op@example", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let line = format!("op@example namespaces=\"{CREDENTIAL_NAMESPACE}\" {public}");
+        (key, bosun_signing::AllowedSigners::parse(&line).unwrap())
+    }
+
+    /// Opens what `seal` made: the envelope's document, its signature checked.
+    fn open_signed(
+        identity: &age::x25519::Identity,
+        sealed: &SealedSecret,
+        signers: &bosun_signing::AllowedSigners,
+    ) -> Zeroizing<Vec<u8>> {
+        let plaintext = age::decrypt(identity, sealed.armored().as_bytes()).unwrap();
+        let envelope = CredentialEnvelope::from_plaintext(&plaintext).unwrap();
+        let document = envelope.document().unwrap();
+        bosun_signing::verify_signature(
+            signers,
+            CREDENTIAL_NAMESPACE,
+            &document,
+            &envelope.signature,
+            jiff::Timestamp::now(),
+        )
+        .unwrap();
+        document
+    }
+
     #[test]
-    fn what_is_sealed_names_the_host_and_the_target() {
+    fn what_is_sealed_is_signed_and_names_the_host_and_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let (key, signers) = operator(dir.path());
         let identity = age::x25519::Identity::generate();
         let recipient = identity.to_public().to_string();
         let host = uuid::Uuid::new_v4();
@@ -384,15 +458,45 @@ mod tests {
             username: None,
             serial: None,
         };
-        let credential =
-            SealedCredential::new(host, target.clone(), SecretToken::new("pbs-password-4711"));
-        let sealed = seal(&recipient, &credential).unwrap();
+        let issued_at = jiff::Timestamp::now();
+        let document = document_bytes(&SealedCredential::new(
+            host,
+            target.clone(),
+            issued_at,
+            SecretToken::new("pbs-password-4711"),
+        ))
+        .unwrap();
+        let signature = crate::job_sign::sign_in_memory(
+            std::path::Path::new("ssh-keygen"),
+            CREDENTIAL_NAMESPACE,
+            &key,
+            &document,
+        )
+        .unwrap();
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(
+            files.len(),
+            2,
+            "nothing but the key pair on disk: {files:?}"
+        );
+        let sealed = seal(&recipient, &CredentialEnvelope::new(&document, &signature)).unwrap();
         assert!(!sealed.armored().contains("4711"));
-        let plaintext = age::decrypt(&identity, sealed.armored().as_bytes()).unwrap();
-        let opened = SealedCredential::from_plaintext(&plaintext).unwrap();
+        let opened =
+            SealedCredential::from_document(&open_signed(&identity, &sealed, &signers)).unwrap();
         assert_eq!(opened.host_id, host);
         assert_eq!(opened.target, target);
+        assert_eq!(opened.issued_at, issued_at);
         assert_eq!(opened.secret.expose(), "pbs-password-4711");
+
+        // A missing key signs nothing, and says so.
+        let err = crate::job_sign::sign_in_memory(
+            std::path::Path::new("ssh-keygen"),
+            CREDENTIAL_NAMESPACE,
+            &dir.path().join("absent"),
+            &document,
+        )
+        .unwrap_err();
+        assert!(!err.to_string().contains("4711"), "{err}");
     }
 
     #[test]
@@ -432,13 +536,32 @@ mod tests {
             assert!(!err.to_string().contains("c2VjcmV0"), "{err}");
         }
 
+        let dir = tempfile::tempdir().unwrap();
+        let (key, signers) = operator(dir.path());
         let identity = age::x25519::Identity::generate();
         let host = uuid::Uuid::new_v4();
-        let credential = TunnelCredential::new(host, tunnel, SecretToken::new(file.clone()));
-        let sealed = seal(&identity.to_public().to_string(), &credential).unwrap();
+        let document = document_bytes(&TunnelCredential::new(
+            host,
+            tunnel,
+            jiff::Timestamp::now(),
+            SecretToken::new(file.clone()),
+        ))
+        .unwrap();
+        let signature = crate::job_sign::sign_in_memory(
+            std::path::Path::new("ssh-keygen"),
+            CREDENTIAL_NAMESPACE,
+            &key,
+            &document,
+        )
+        .unwrap();
+        let sealed = seal(
+            &identity.to_public().to_string(),
+            &CredentialEnvelope::new(&document, &signature),
+        )
+        .unwrap();
         assert!(!sealed.armored().contains("c2VjcmV0"));
-        let plaintext = age::decrypt(&identity, sealed.armored().as_bytes()).unwrap();
-        let opened = TunnelCredential::from_plaintext(&plaintext).unwrap();
+        let opened =
+            TunnelCredential::from_document(&open_signed(&identity, &sealed, &signers)).unwrap();
         assert_eq!((opened.host_id, opened.tunnel_id), (host, tunnel));
         assert_eq!(opened.secret.expose(), file);
     }

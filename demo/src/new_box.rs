@@ -215,11 +215,13 @@ pub(super) async fn reseal(
             &a.durable,
             "--file",
             &secret_arg,
+            "--key",
+            &stack::operator_key_path(out).display().to_string(),
         ],
     )
     .await?;
     n.detail(format!(
-        "$ bosunctl secret seal --host {host_arg} --type pbs --durable-id … --file pbs-password   (age, to box b's recipient {}…, bound to the PBS target)",
+        "$ bosunctl secret seal --host {host_arg} --type pbs --durable-id … --file pbs-password --key id_ed25519   (age, to box b's recipient {}…, bound to the PBS target, signed by the operator)",
         &b.recipient[..b.recipient.len().min(12)]
     ));
     let mut document = read_json(&a.desired)?;

@@ -147,7 +147,8 @@ pub async fn seal(
     args: &[&str],
     secret: &str,
 ) -> Result<String, DemoError> {
-    let mut full = vec!["secret", "seal"];
+    let key = operator_key_path(out).display().to_string();
+    let mut full = vec!["secret", "seal", "--key", &key];
     full.extend_from_slice(args);
     let sealed = ctl_text(bins, out, &full).await?;
     let sealed = sealed.trim().to_owned();
@@ -434,11 +435,16 @@ pub fn start_agent(
     )
 }
 
+/// Where [`operator_key`] keeps the operator's private key.
+pub fn operator_key_path(out: &Path) -> PathBuf {
+    out.join("operator/id_ed25519")
+}
+
 /// A fresh operator key made with the stock `ssh-keygen`; gives its `allowed_signers` line.
 pub async fn operator_key(out: &Path) -> Result<(PathBuf, String), DemoError> {
     let dir = out.join("operator");
     create_dir(&dir)?;
-    let key = dir.join("id_ed25519");
+    let key = operator_key_path(out);
     let key_arg = key.display().to_string();
     let ssh_keygen = Path::new("ssh-keygen");
     run_captured(

@@ -396,8 +396,13 @@ pub enum TargetReason {
     /// The directory is not under a root `agent.toml` allows, or lies inside a guest's
     /// volume or a system path.
     PathNotAllowed,
-    /// The sealed credentials were sealed for another host or target.
+    /// The sealed credentials were sealed for another host or target, or are older than the
+    /// ones in use.
     CredentialsRefused,
+    /// The sealed credentials carry no signature the host trusts (sealed before signatures,
+    /// or by someone who cannot sign): the operator reseals them with
+    /// `bosunctl secret seal --key` (decision 0095).
+    CredentialsUnsigned,
     /// The target needs sealed credentials and has none.
     CredentialsMissing,
     /// The PBS encryption key waits for the customer's recovery code.
@@ -461,6 +466,7 @@ impl TargetReason {
             Self::DeviceNotAllowed => "device_not_allowed",
             Self::PathNotAllowed => "path_not_allowed",
             Self::CredentialsRefused => "credentials_refused",
+            Self::CredentialsUnsigned => "credentials_unsigned",
             Self::CredentialsMissing => "credentials_missing",
             Self::KeyMissing => "key_missing",
             Self::NotInPlan => "not_in_plan",

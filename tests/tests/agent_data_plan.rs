@@ -201,12 +201,10 @@ async fn stage() -> (Stage, Value) {
     let credential = bosun_proto::sealed_credential::SealedCredential::new(
         host,
         identity,
+        jiff::Timestamp::now(),
         bosun_proto::secret::SecretToken::new(password.clone()),
     );
-    let sealed = bosunctl::secret::seal(&recipient, &credential)
-        .unwrap()
-        .armored()
-        .to_owned();
+    let sealed = agent_support::signing::seal_signed(&recipient, &credential);
     desired["storage"] = json!([real_pbs(&sealed)]);
     desired["backup_policy"]["further_tiers"] = json!([desired["storage"][0]["durable_id"]]);
     (

@@ -242,12 +242,10 @@ async fn pbs_targets_refused_for_password_or_fingerprint_reach_the_hub_as_reason
                 username: None,
                 serial: None,
             },
+            jiff::Timestamp::now(),
             bosun_proto::secret::SecretToken::new(secret),
         );
-        bosunctl::secret::seal(&recipient, &credential)
-            .unwrap()
-            .armored()
-            .to_owned()
+        agent_support::signing::seal_signed(&recipient, &credential)
     };
     let pbs = |durable: &str, credentials: String| {
         json!({

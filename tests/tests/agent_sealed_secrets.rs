@@ -18,7 +18,8 @@ use std::time::Duration;
 use agent_support::jobs::ctl;
 use agent_support::*;
 use bosun_agentd::data::storage::naming::storage_id_of;
-use bosun_agentd::trust::keys::sealing::{CredentialError, StorageIdentity};
+use bosun_agentd::trust::keys::credentials::{CredentialError, CredentialOpener};
+use bosun_agentd::trust::keys::sealing::StorageIdentity;
 use bosun_proto::desired::{StorageTarget, StorageType};
 use bosun_proto::secret::SealedSecret;
 use reqwest::Method;
@@ -101,6 +102,10 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
             &target_file.display().to_string(),
             "--file",
             &secret_file.display().to_string(),
+            "--key",
+            &agent_support::signing::policy_operator_key(files.dir.path())
+                .display()
+                .to_string(),
         ],
     )
     .await;
@@ -154,14 +159,24 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
         "the search reads the agent's journal (the ciphertext is there)"
     );
 
-    // Only this host opens it, for this target.
+    // Only this host opens it, for this target, with the operator's signature.
     let identity_of: StorageTarget = serde_json::from_value(target.clone()).unwrap();
-    let opened = identity
+    let clock = std::sync::Arc::new(bosun_agentd::clock::SystemClock);
+    let opener = CredentialOpener::new(
+        std::sync::Arc::new(identity),
+        files.signers_path.clone(),
+        clock.clone(),
+    );
+    let opened = opener
         .open_credential(&held, host, &identity_of.identity())
         .unwrap();
-    assert_eq!(opened.expose_secret(), password);
+    assert_eq!(opened.secret.expose_secret(), password);
     let elsewhere = tempfile::tempdir().unwrap();
-    let other = StorageIdentity::load_or_create(elsewhere.path()).unwrap();
+    let other = CredentialOpener::new(
+        std::sync::Arc::new(StorageIdentity::load_or_create(elsewhere.path()).unwrap()),
+        files.signers_path.clone(),
+        clock,
+    );
     assert!(matches!(
         other.open_credential(&held, host, &identity_of.identity()),
         Err(CredentialError::Open { .. })

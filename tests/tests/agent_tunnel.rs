@@ -375,7 +375,40 @@ async fn sealed_credentials_reach_the_tunnel_and_a_hub_cannot_swap_them() {
     assert_eq!(mode, 0o640, "the tunnel's group reads it, nobody else");
     let restarts = (stand_in.restarts(0).len(), stand_in.restarts(1).len());
 
-    // A hostile hub swaps the sealed blob, four ways; each is refused and changes nothing.
+    // What a hub holding the host's recipient can make itself: the plan's tunnel with its own
+    // secret, signed with its own key; and the same sealed unsigned, as before signatures.
+    let hubs_file = cloudflared::credentials_json(tunnel, "the-hubs-own-secret");
+    let hubs_document = serde_json::to_vec(&bosun_proto::sealed_credential::TunnelCredential::new(
+        host,
+        tunnel,
+        jiff::Timestamp::now(),
+        bosun_proto::secret::SecretToken::new(hubs_file),
+    ))
+    .unwrap();
+    let hub_key = agent_support::signing::OperatorKey::new("hub@attacker");
+    let hub_signed = bosunctl::secret::seal(
+        &recipient,
+        &bosun_proto::sealed_credential::CredentialEnvelope::new(
+            &hubs_document,
+            &hub_key.sign(
+                &hubs_document,
+                bosun_proto::sealed_credential::CREDENTIAL_NAMESPACE,
+            ),
+        ),
+    )
+    .unwrap()
+    .armored()
+    .to_owned();
+    let mut unsigned = serde_json::from_slice::<serde_json::Value>(&hubs_document).unwrap();
+    unsigned["schema"] = "bosun.sealed-credential/v1".into();
+    unsigned.as_object_mut().unwrap().remove("issued_at");
+    let unsigned = age::encrypt_and_armor(
+        &<age::x25519::Recipient as std::str::FromStr>::from_str(&recipient).unwrap(),
+        unsigned.to_string().as_bytes(),
+    )
+    .unwrap();
+
+    // A hostile hub swaps the sealed blob, six ways; each is refused and changes nothing.
     let other_tunnel = Uuid::new_v4();
     let other_box = tempfile::tempdir().unwrap();
     let stranger =
@@ -408,6 +441,8 @@ async fn sealed_credentials_reach_the_tunnel_and_a_hub_cannot_swap_them() {
             seal_for(&recipient, host, &pbs_target, "pbs-password"),
             "not bound to a tunnel",
         ),
+        (hub_signed, "carry no signature this host trusts"),
+        (unsigned, "not signed by an operator"),
     ];
     for (blob, why) in &swaps {
         let mut swapped = signed.clone();
@@ -470,6 +505,46 @@ async fn sealed_credentials_reach_the_tunnel_and_a_hub_cannot_swap_them() {
         },
     )
     .await;
+    // The operator rotates the tunnel's secret: the newer credentials are written, the
+    // replicas restarted. The hub then replays the operator's earlier blob: older, refused
+    // before the tunnel sees it; the newer file stays.
+    let rotated_secret = format!("tunnel-secret-{}", Uuid::new_v4().simple());
+    let rotated = cloudflared::credentials_json(tunnel, &rotated_secret);
+    let mut newer = signed.clone();
+    newer["tunnel_credentials"] =
+        cloudflared::seal_credentials(&recipient, host, tunnel, &rotated).into();
+    hub.put_desired_unplanned(host, &newer).await;
+    eventually(
+        Duration::from_secs(30),
+        "the rotated credentials are written",
+        || async { std::fs::read_to_string(&credentials).is_ok_and(|f| f == rotated) },
+    )
+    .await;
+    hub.put_desired_unplanned(host, &signed).await;
+    eventually(
+        Duration::from_secs(30),
+        "the replay is refused and audited",
+        || async {
+            agent
+                .handles
+                .journal
+                .audit_since(0, 10_000)
+                .await
+                .unwrap()
+                .iter()
+                .any(|r| {
+                    r.event.event == "tunnel.credentials_refused"
+                        && r.event.detail["fields"] == "issued_at"
+                })
+        },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(&credentials).unwrap(),
+        rotated,
+        "an older signed credential does not come back"
+    );
+
     // The secret never left the host: not in the report, not anywhere in the hub's data.
     assert!(!hub.host(host).await.to_string().contains(&secret));
     for (place, bytes) in files_under(hub.dir.path()) {

@@ -16,6 +16,7 @@ use agent_support::*;
 use bosun_proto::desired::StorageTarget;
 use bosun_pvesim::{ChunkDamage, RemoteSpec, SimConfig, SimHandle};
 use serde_json::{Value, json};
+use std::str::FromStr as _;
 use uuid::Uuid;
 
 const STORE: &str = "store1";
@@ -76,6 +77,9 @@ struct Stack {
     guest: Uuid,
     vmid: u32,
     desired: Value,
+    /// The PBS password, and the recipient the operator seals it to.
+    password: String,
+    recipient: String,
 }
 
 /// A host with one running guest backed up to the simulator's PBS every 3 s, under a plan
@@ -120,12 +124,10 @@ async fn stack(plan_hours: u32, verify_policy: Value) -> Stack {
     let credential = bosun_proto::sealed_credential::SealedCredential::new(
         host,
         identity,
-        bosun_proto::secret::SecretToken::new(password),
+        jiff::Timestamp::now(),
+        bosun_proto::secret::SecretToken::new(password.clone()),
     );
-    let sealed = bosunctl::secret::seal(&recipient, &credential)
-        .unwrap()
-        .armored()
-        .to_owned();
+    let sealed = agent_support::signing::seal_signed(&recipient, &credential);
     desired["storage"] = json!([pbs_target(&sim, Some(&sealed))]);
     desired["backup_policy"]["further_tiers"] = json!([desired["storage"][0]["durable_id"]]);
     desired["verify_policy"] = verify_policy;
@@ -142,6 +144,8 @@ async fn stack(plan_hours: u32, verify_policy: Value) -> Stack {
         guest,
         vmid,
         desired,
+        password,
+        recipient,
     }
 }
 
@@ -280,4 +284,306 @@ async fn a_hub_may_make_verification_more_frequent_than_the_plan() {
     );
     s.agent.stop().await;
     s.hub.stop().await;
+}
+
+/// The generation of the desired state the agent acts on.
+fn generation(agent: &InProcessAgent) -> u64 {
+    agent
+        .handles
+        .desired
+        .borrow()
+        .as_ref()
+        .map_or(0, |d| d.generation)
+}
+
+/// Puts `desired` as the hub has it (no plan added) and waits until the agent acts on it.
+async fn hub_sends(s: &Stack, desired: &Value) {
+    let before = generation(&s.agent);
+    s.hub.put_desired_unplanned(s.host, desired).await;
+    eventually(
+        Duration::from_secs(30),
+        "the agent takes the hub's generation",
+        || async { generation(&s.agent) > before },
+    )
+    .await;
+}
+
+/// The credentials the agent's PBS target carries now.
+fn credentials_in_use(s: &Stack) -> Option<String> {
+    s.agent.handles.desired.borrow().as_ref().and_then(|d| {
+        d.state.storage[0]
+            .credentials
+            .as_ref()
+            .map(|c| c.armored().to_owned())
+    })
+}
+
+/// Verify calls PBS receives, and backups sent to the PBS target, within `window`.
+async fn calls_within(s: &Stack, window: Duration) -> (usize, usize) {
+    let pbs = pbs_storage(
+        s.desired["storage"][0]["durable_id"].as_str().unwrap(),
+        NAMESPACE,
+    );
+    let backups = |sim: &SimHandle| {
+        sim.requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == "POST"
+                    && r.path.ends_with("/vzdump")
+                    && r.params
+                        .iter()
+                        .any(|(k, v)| k == "storage" && v == pbs.as_str())
+            })
+            .count()
+    };
+    let (verifies, backed_up) = (verify_requests(&s.sim).len(), backups(&s.sim));
+    tokio::time::sleep(window).await;
+    (
+        verify_requests(&s.sim).len() - verifies,
+        backups(&s.sim) - backed_up,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_that_withholds_the_credential_does_not_stop_verification_or_backups() {
+    // The plan verifies hourly (a second here); the hub turned its own policy off.
+    let s = stack(1, json!({ "enabled": false, "interval_hours": 8760 })).await;
+    eventually(Duration::from_secs(90), "an ok verification", || async {
+        reported(&s.hub, s.host)
+            .await
+            .iter()
+            .any(|v| v["outcome"] == "ok")
+    })
+    .await;
+    let signed = credentials_in_use(&s).expect("the operator's credential in use");
+
+    // The hub sends the PBS target without its sealed credential.
+    let mut withheld = s.desired.clone();
+    withheld["storage"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("credentials");
+    hub_sends(&s, &withheld).await;
+    assert_eq!(
+        credentials_in_use(&s).as_deref(),
+        Some(signed.as_str()),
+        "withholding is not revoking"
+    );
+    let (verified_without_credential, backed_up_without_credential) =
+        calls_within(&s, Duration::from_secs(8)).await;
+
+    // Then no storage at all.
+    withheld["storage"] = json!([]);
+    withheld["backup_policy"]["further_tiers"] = json!([]);
+    hub_sends(&s, &withheld).await;
+    assert_eq!(credentials_in_use(&s).as_deref(), Some(signed.as_str()));
+    let (verified_without_target, backed_up_without_target) =
+        calls_within(&s, Duration::from_secs(8)).await;
+    eprintln!(
+        "under a withholding hub, in 8 plan-hours: {verified_without_credential} verify calls \
+         without the credential, {verified_without_target} without the target; backups to the \
+         PBS tier {backed_up_without_credential} and {backed_up_without_target}"
+    );
+    for runs in [verified_without_credential, verified_without_target] {
+        assert!(
+            runs >= 4,
+            "the plan's hourly cadence did not hold under a withholding hub: {runs} in 8 hours"
+        );
+    }
+    for runs in [backed_up_without_credential, backed_up_without_target] {
+        assert!(runs >= 1, "backups to the PBS tier stopped: {runs}");
+    }
+    // What the hub hears is the truth: the verifications go on and pass.
+    eventually(
+        Duration::from_secs(30),
+        "the last verification is ok",
+        || async {
+            let latest = reported(&s.hub, s.host).await;
+            !latest.is_empty() && latest.iter().all(|v| v["outcome"] == "ok")
+        },
+    )
+    .await;
+    s.agent.stop().await;
+    s.hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_the_hub_sealed_itself_changes_nothing_and_the_operators_reseal_is_taken() {
+    let s = stack(1, json!({ "enabled": true, "interval_hours": 1 })).await;
+    eventually(Duration::from_secs(90), "an ok verification", || async {
+        reported(&s.hub, s.host)
+            .await
+            .iter()
+            .any(|v| v["outcome"] == "ok")
+    })
+    .await;
+    let signed = credentials_in_use(&s).expect("the operator's credential in use");
+    let durable = s.desired["storage"][0]["durable_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let identity = serde_json::from_value::<StorageTarget>(pbs_target(&s.sim, None))
+        .unwrap()
+        .identity();
+    let storage_calls = |sim: &SimHandle| {
+        mutations(sim)
+            .into_iter()
+            .filter(|r| r.path.starts_with("/storage"))
+            .count()
+    };
+    let storage_before = storage_calls(&s.sim);
+
+    // The hub holds the host's recipient: it seals, for this host and the plan's own target,
+    // a password of its own, issued later than the operator's, signed with a key of its own.
+    let hub_key = agent_support::signing::OperatorKey::new("hub@attacker");
+    let document = serde_json::to_vec(&bosun_proto::sealed_credential::SealedCredential::new(
+        s.host,
+        identity.clone(),
+        jiff::Timestamp::now(),
+        bosun_proto::secret::SecretToken::new("the-hubs-own-password"),
+    ))
+    .unwrap();
+    let envelope = bosun_proto::sealed_credential::CredentialEnvelope::new(
+        &document,
+        &hub_key.sign(
+            &document,
+            bosun_proto::sealed_credential::CREDENTIAL_NAMESPACE,
+        ),
+    );
+    let forged = bosunctl::secret::seal(&s.recipient, &envelope).unwrap();
+    // And one sealed the way credentials were before signatures: no envelope at all.
+    let mut unsigned = serde_json::from_slice::<Value>(&document).unwrap();
+    unsigned["schema"] = json!("bosun.sealed-credential/v1");
+    unsigned.as_object_mut().unwrap().remove("issued_at");
+    let recipient = age::x25519::Recipient::from_str(&s.recipient).unwrap();
+    let legacy = age::encrypt_and_armor(&recipient, unsigned.to_string().as_bytes()).unwrap();
+    for blob in [forged.armored().to_owned(), legacy] {
+        let mut swapped = s.desired.clone();
+        swapped["storage"][0]["credentials"] = json!(blob);
+        hub_sends(&s, &swapped).await;
+        assert_eq!(
+            credentials_in_use(&s).as_deref(),
+            Some(signed.as_str()),
+            "sealing is not signing: the operator's credential stays in use"
+        );
+        eventually(
+            Duration::from_secs(30),
+            "the hub is told the credential wants the operator's signature",
+            || async {
+                host_storage(&s).await.iter().any(|t| {
+                    t["durable_id"] == durable.as_str()
+                        && t["status"] == "refused"
+                        && t["reason"] == "credentials_unsigned"
+                })
+            },
+        )
+        .await;
+    }
+    let (verified, _) = calls_within(&s, Duration::from_secs(6)).await;
+    assert!(verified >= 3, "verification slowed: {verified} in 6 hours");
+    eventually(
+        Duration::from_secs(30),
+        "the verifications still pass",
+        || async {
+            let latest = reported(&s.hub, s.host).await;
+            !latest.is_empty() && latest.iter().all(|v| v["outcome"] == "ok")
+        },
+    )
+    .await;
+    assert_eq!(
+        storage_calls(&s.sim),
+        storage_before,
+        "nothing of the hub's credentials reached Proxmox's storage configuration"
+    );
+    let audit = s
+        .agent
+        .handles
+        .journal
+        .audit_since(0, 10_000)
+        .await
+        .unwrap();
+    let refused: Vec<_> = audit
+        .iter()
+        .filter(|e| e.event.event == "storage.refused")
+        .map(|e| e.event.detail.clone())
+        .collect();
+    // One refusal, standing while the hub swaps one blob for the other: audited once.
+    assert_eq!(
+        refused.len(),
+        1,
+        "audited once while it stands: {refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|d| d["reason"] == "credentials_unsigned" && d["durable_id"] == durable.as_str()),
+        "{refused:?}"
+    );
+    assert!(!format!("{audit:?}").contains("the-hubs-own-password"));
+    let accepted = |audit: &[bosun_agentd::ops::journal::AuditEntry]| {
+        audit
+            .iter()
+            .filter(|e| e.event.event == "credential.accepted")
+            .count()
+    };
+    assert_eq!(
+        accepted(&audit),
+        1,
+        "only the operator's credential was taken"
+    );
+
+    // The operator reseals (issued later): taken, and the one in use from then on.
+    let resealed = agent_support::signing::seal_signed(
+        &s.recipient,
+        &bosun_proto::sealed_credential::SealedCredential::new(
+            s.host,
+            identity,
+            jiff::Timestamp::now(),
+            bosun_proto::secret::SecretToken::new(s.password.clone()),
+        ),
+    );
+    let mut again = s.desired.clone();
+    again["storage"][0]["credentials"] = json!(resealed);
+    hub_sends(&s, &again).await;
+    assert_eq!(credentials_in_use(&s).as_deref(), Some(resealed.as_str()));
+    // The operator's earlier credential, replayed by the hub: older, refused.
+    hub_sends(&s, &s.desired).await;
+    assert_eq!(
+        credentials_in_use(&s).as_deref(),
+        Some(resealed.as_str()),
+        "an older signed credential does not come back"
+    );
+    eventually(Duration::from_secs(30), "the replay is audited", || async {
+        s.agent
+            .handles
+            .journal
+            .audit_since(0, 10_000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| {
+                e.event.event == "storage.refused"
+                    && e.event.detail["reason"] == "credentials_refused"
+                    && e.event.detail["fields"] == "issued_at"
+            })
+    })
+    .await;
+    let audit = s
+        .agent
+        .handles
+        .journal
+        .audit_since(0, 10_000)
+        .await
+        .unwrap();
+    assert_eq!(accepted(&audit), 2);
+    s.agent.stop().await;
+    s.hub.stop().await;
+}
+
+/// The storage entries of the host's last report at the hub.
+async fn host_storage(s: &Stack) -> Vec<Value> {
+    s.hub.host(s.host).await["last_report"]["storage"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }

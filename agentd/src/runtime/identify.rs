@@ -15,6 +15,7 @@ use crate::links::hub_client::client::HubClient;
 use crate::links::hub_client::identity::HostIdentity;
 use crate::links::hub_client::pins::HubPins;
 use crate::metrics::PveRequestCounter;
+use crate::trust::keys::credentials::CredentialOpener;
 use crate::trust::keys::pbs_key::PbsKeySource;
 use crate::trust::keys::sealing::StorageIdentity;
 
@@ -28,8 +29,8 @@ pub(super) struct Identified {
     pub hub_pins: Option<HubPins>,
     /// The host's identity at the hub.
     pub identity: HostIdentity,
-    /// What operators seal storage credentials to.
-    pub storage_identity: Arc<StorageIdentity>,
+    /// Opens what operators seal to this host and sign.
+    pub credentials: Arc<CredentialOpener>,
     /// K, the PBS client encryption key.
     pub pbs_key: PbsKeySource,
     /// What the report says of the host's keys.
@@ -102,7 +103,11 @@ pub(super) async fn identify(
         hub,
         hub_pins,
         identity,
-        storage_identity: Arc::new(storage_identity),
+        credentials: Arc::new(CredentialOpener::new(
+            Arc::new(storage_identity),
+            config.allowed_signers.clone(),
+            Arc::clone(&opened.clock),
+        )),
         pbs_key,
         keys,
         prover,

@@ -340,12 +340,11 @@ async fn spawn_all(
         (leftover.jobs, leftover.backups, leftover.local_api),
     );
     let (backups, policy) = spawn::backups(&w, backup_storage, &tiers, &host.prover);
-    let storage_facts =
-        spawn::storage_watcher(&w, Arc::clone(&host.storage_identity), &host.pbs_key);
-    let health = spawn::health(&w, Arc::clone(&host.storage_identity))?;
+    let storage_facts = spawn::storage_watcher(&w, Arc::clone(&host.credentials), &host.pbs_key);
+    let health = spawn::health(&w, Arc::clone(&host.credentials))?;
     let restore_tests =
         spawn::restore_tester(&w, storage, &tiers, &host.prover, leftover.restore_tests);
-    spawn_verifier(&w, Arc::clone(&host.storage_identity));
+    spawn_verifier(&w, Arc::clone(&host.credentials));
     spawn_bulk(&w);
     let (endpoint, slots) = local_api::serve(
         &w,
@@ -530,7 +529,7 @@ fn spawn_bulk(w: &spawn::Wiring<'_>) {
 
 fn spawn_verifier(
     w: &spawn::Wiring<'_>,
-    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
+    sealing: Arc<crate::trust::keys::credentials::CredentialOpener>,
 ) {
     let verifier = crate::data::verify::Verifier::new(
         w.journal.clone(),

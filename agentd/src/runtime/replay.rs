@@ -81,10 +81,16 @@ pub(super) async fn replay(
         host.identity.host_id,
         Arc::clone(clock),
     ));
+    let credentials = crate::data::plan::CredentialKeeper::new(
+        Arc::clone(&host.credentials),
+        journal.clone(),
+        host.identity.host_id,
+    );
     let desired = crate::data::desired::spawn_gate(
         tasks,
         raw_desired_rx,
         plans,
+        credentials,
         journal.clone(),
         cancel.clone(),
     )

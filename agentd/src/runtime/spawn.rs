@@ -363,7 +363,7 @@ fn policy_feed(
 /// The storage watcher: the manifest's targets registered, mounted, corrected and watched.
 pub(super) fn storage_watcher(
     w: &Wiring<'_>,
-    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
+    sealing: Arc<crate::trust::keys::credentials::CredentialOpener>,
     pbs_key: &crate::trust::keys::pbs_key::PbsKeySource,
 ) -> watch::Receiver<StorageFacts> {
     let config = w.config;
@@ -392,7 +392,7 @@ pub(super) fn storage_watcher(
 /// sealed credentials open with `sealing`.
 pub(super) fn health(
     w: &Wiring<'_>,
-    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
+    sealing: Arc<crate::trust::keys::credentials::CredentialOpener>,
 ) -> Result<watch::Receiver<HealthFacts>, AgentError> {
     let tunnel = w
         .config
@@ -427,7 +427,7 @@ pub(super) fn health(
 /// receiver of the tunnel's state.
 fn tunnel_manager(
     w: &Wiring<'_>,
-    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
+    sealing: Arc<crate::trust::keys::credentials::CredentialOpener>,
 ) -> Result<Option<watch::Receiver<Option<bosun_proto::tunnel::TunnelState>>>, AgentError> {
     let Some(settings) = w.config.tunnel.as_ref() else {
         return Ok(None);

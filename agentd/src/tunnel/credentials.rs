@@ -22,7 +22,7 @@ use uuid::Uuid;
 use zeroize::Zeroizing;
 
 use super::ingress::write_atomic;
-use crate::trust::keys::sealing::{CredentialError, StorageIdentity};
+use crate::trust::keys::credentials::{CredentialError, CredentialOpener};
 
 /// Longest credentials file read back to compare (the sealed secret is bounded far below).
 const MAX_FILE: u64 = 64 * 1024;
@@ -75,7 +75,7 @@ pub fn check_cloudflared(secret: &str, tunnel_id: Uuid) -> Result<(), TunnelCred
 /// replaces that file atomically (mode 0640). True when the file was written (the tunnel
 /// reads it only at start, so its replicas need a restart).
 pub fn install(
-    identity: &StorageIdentity,
+    identity: &CredentialOpener,
     sealed: &SealedSecret,
     host_id: Uuid,
     tunnel_id: Uuid,
@@ -83,7 +83,8 @@ pub fn install(
 ) -> Result<bool, TunnelCredentialsError> {
     let secret: SecretString = identity
         .open_tunnel_credential(sealed, host_id, tunnel_id)
-        .map_err(TunnelCredentialsError::Refused)?;
+        .map_err(TunnelCredentialsError::Refused)?
+        .secret;
     check_cloudflared(secret.expose_secret(), tunnel_id)?;
     let bytes = secret.expose_secret().as_bytes();
     if read_bounded(path).is_some_and(|on_disk| on_disk.as_slice() == bytes) {
@@ -109,12 +110,14 @@ fn read_bounded(path: &Path) -> Option<Zeroizing<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
-    use std::str::FromStr;
+    use std::sync::Arc;
 
-    use bosun_proto::sealed_credential::TunnelCredential;
+    use bosun_proto::sealed_credential::{CREDENTIAL_NAMESPACE, TunnelCredential};
     use bosun_proto::secret::SecretToken;
 
     use super::*;
+    use crate::trust::keys::credentials::testing::{Operator, seal_signed};
+    use crate::trust::keys::sealing::StorageIdentity;
 
     fn credentials(tunnel: Uuid) -> String {
         format!(
@@ -122,21 +125,40 @@ mod tests {
         )
     }
 
-    fn seal(identity: &StorageIdentity, host: Uuid, tunnel: Uuid, secret: &str) -> SealedSecret {
-        let document = TunnelCredential::new(host, tunnel, SecretToken::new(secret));
-        let recipient = age::x25519::Recipient::from_str(&identity.recipient()).unwrap();
-        let armored =
-            age::encrypt_and_armor(&recipient, &serde_json::to_vec(&document).unwrap()).unwrap();
-        SealedSecret::try_from(armored).unwrap()
+    fn seal(
+        opener: &CredentialOpener,
+        operator: &Operator,
+        host: Uuid,
+        tunnel: Uuid,
+        secret: &str,
+    ) -> SealedSecret {
+        let document = TunnelCredential::new(
+            host,
+            tunnel,
+            jiff::Timestamp::now(),
+            SecretToken::new(secret),
+        );
+        seal_signed(
+            &opener.identity().recipient(),
+            operator,
+            CREDENTIAL_NAMESPACE,
+            &serde_json::to_vec(&document).unwrap(),
+        )
     }
 
     #[test]
     fn the_credentials_are_written_once_0640_and_a_swapped_blob_leaves_them() {
         let dir = tempfile::tempdir().unwrap();
-        let identity = StorageIdentity::load_or_create(dir.path()).unwrap();
+        let operator = Operator::new();
+        let signers = operator.signers_file(&[operator.line(CREDENTIAL_NAMESPACE)]);
+        let identity = CredentialOpener::new(
+            Arc::new(StorageIdentity::load_or_create(dir.path()).unwrap()),
+            signers,
+            Arc::new(crate::clock::SystemClock),
+        );
         let (host, tunnel) = (Uuid::new_v4(), Uuid::new_v4());
         let path = dir.path().join("credentials.json");
-        let good = seal(&identity, host, tunnel, &credentials(tunnel));
+        let good = seal(&identity, &operator, host, tunnel, &credentials(tunnel));
         assert!(install(&identity, &good, host, tunnel, &path).unwrap());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), credentials(tunnel));
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -147,17 +169,33 @@ mod tests {
         );
 
         let other = Uuid::new_v4();
+        // What a hub holding this host's recipient can make: the plan's tunnel, its own
+        // account and secret, sealed and "signed" with a key of its own.
+        let hub = Operator::new();
+        let hostile = format!(
+            r#"{{"AccountTag":"ffffffffffffffffffffffffffffffff","TunnelSecret":"aHViLXNlY3JldA==","TunnelID":"{tunnel}"}}"#
+        );
         let swapped = [
-            seal(&identity, host, other, &credentials(other)),
-            seal(&identity, Uuid::new_v4(), tunnel, &credentials(tunnel)),
+            seal(&identity, &operator, host, other, &credentials(other)),
+            seal(
+                &identity,
+                &operator,
+                Uuid::new_v4(),
+                tunnel,
+                &credentials(tunnel),
+            ),
             // Bound to this tunnel, but the file inside is another tunnel's.
-            seal(&identity, host, tunnel, &credentials(other)),
-            seal(&identity, host, tunnel, "not json"),
+            seal(&identity, &operator, host, tunnel, &credentials(other)),
+            seal(&identity, &operator, host, tunnel, "not json"),
+            seal(&identity, &hub, host, tunnel, &hostile),
         ];
         for blob in &swapped {
             let err = install(&identity, blob, host, tunnel, &path).unwrap_err();
             let text = format!("{err:?} {}", bosun_errchain::error_chain(&err));
-            assert!(!text.contains("c2VjcmV0"), "{text}");
+            assert!(
+                !text.contains("c2VjcmV0") && !text.contains("aHViLXNlY3JldA"),
+                "{text}"
+            );
         }
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
@@ -166,6 +204,11 @@ mod tests {
         );
         let err = install(&identity, &swapped[0], host, tunnel, &path).unwrap_err();
         assert_eq!(err.differing_fields(), ["tunnel_id"]);
+        let err = install(&identity, &swapped[4], host, tunnel, &path).unwrap_err();
+        assert!(
+            matches!(&err, TunnelCredentialsError::Refused(e) if e.wants_reseal()),
+            "{err:?}"
+        );
     }
 
     #[test]

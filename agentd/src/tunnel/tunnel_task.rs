@@ -35,13 +35,13 @@ use crate::clock::SharedClock;
 use crate::config::tunnel::ManagedTunnel;
 use crate::data::desired::DesiredSnapshot;
 use crate::ops::journal::{AuditEvent, JournalHandle};
-use crate::trust::keys::sealing::StorageIdentity;
+use crate::trust::keys::credentials::CredentialOpener;
 
 /// The audit event of tunnel credentials written to the credentials file.
 pub const CREDENTIALS_WRITTEN: &str = "tunnel.credentials_written";
 /// The audit event of sealed tunnel credentials refused (another tunnel's, another host's,
 /// not sealed to this host, not cloudflared's credentials file).
-pub const CREDENTIALS_REFUSED: &str = "tunnel.credentials_refused";
+pub const CREDENTIALS_REFUSED: &str = crate::data::plan::credentials::TUNNEL_CREDENTIALS_REFUSED;
 
 /// Routes are placed again every this many ticks even when desired state did not change (a
 /// guest restored elsewhere, a guest's address read at last).
@@ -58,7 +58,7 @@ pub struct TunnelTask<P> {
     interval: Duration,
     service: Service,
     state: watch::Sender<Option<TunnelState>>,
-    sealing: Option<(Arc<StorageIdentity>, Uuid)>,
+    sealing: Option<(Arc<CredentialOpener>, Uuid)>,
 }
 
 /// The loop's memory between ticks.
@@ -103,7 +103,7 @@ impl<P: Pve + 'static> TunnelTask<P> {
     /// Opens the tunnel's sealed credentials (desired state's `tunnel_credentials`) with this
     /// host's identity, for host `host_id` only, and writes them to the credentials file.
     /// Without it, the credentials file is left to the operator.
-    pub fn with_credentials(mut self, identity: Arc<StorageIdentity>, host_id: Uuid) -> Self {
+    pub fn with_credentials(mut self, identity: Arc<CredentialOpener>, host_id: Uuid) -> Self {
         self.sealing = Some((identity, host_id));
         self
     }

@@ -621,12 +621,10 @@ pub fn seal_for(recipient: &str, host: Uuid, target: &Value, password: &str) -> 
     let credential = bosun_proto::sealed_credential::SealedCredential::new(
         host,
         target.identity(),
+        jiff::Timestamp::now(),
         bosun_proto::secret::SecretToken::new(password),
     );
-    bosunctl::secret::seal(recipient, &credential)
-        .unwrap()
-        .armored()
-        .to_owned()
+    signing::seal_signed(recipient, &credential)
 }
 
 /// A loopback port for a listener that must keep its number across restarts (an agent's

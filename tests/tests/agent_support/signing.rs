@@ -183,13 +183,51 @@ fn plan_signer() -> &'static (String, String) {
     })
 }
 
-/// The `allowed_signers` line trusting the harness's plan signer for data plans only.
+/// The `allowed_signers` line trusting the harness's plan signer for data plans and the
+/// credentials sealed for them.
 pub fn plan_signer_line() -> String {
     format!(
-        "plan@harness namespaces=\"{}\" {}",
+        "plan@harness namespaces=\"{},{}\" {}",
         bosun_proto::data_plan::PLAN_NAMESPACE,
+        bosun_proto::sealed_credential::CREDENTIAL_NAMESPACE,
         plan_signer().0
     )
+}
+
+/// `credential` (a storage or tunnel credential document) signed by the harness's policy
+/// operator and sealed to `recipient`: the armored ciphertext `bosunctl secret seal --key`
+/// prints.
+pub fn seal_signed<T: serde::Serialize>(recipient: &str, credential: &T) -> String {
+    let document = serde_json::to_vec(credential).unwrap();
+    let signature = sign_as_policy_operator(
+        &document,
+        bosun_proto::sealed_credential::CREDENTIAL_NAMESPACE,
+    );
+    let envelope = bosun_proto::sealed_credential::CredentialEnvelope::new(&document, &signature);
+    bosunctl::secret::seal(recipient, &envelope)
+        .unwrap()
+        .armored()
+        .to_owned()
+}
+
+/// The harness's policy operator's private key, written 0600 into `dir`: what an operator
+/// passes to `bosunctl … --key`.
+pub fn policy_operator_key(dir: &Path) -> PathBuf {
+    let private = dir.join("policy-operator_ed25519");
+    std::fs::write(&private, &plan_signer().1).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    private
+}
+
+/// `document` signed by the harness's policy operator in `namespace`.
+pub fn sign_as_policy_operator(document: &[u8], namespace: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("id_ed25519");
+    std::fs::write(&private, &plan_signer().1).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.path().join("document.json");
+    std::fs::write(&file, document).unwrap();
+    sign_file(&private, &file, namespace)
 }
 
 /// The `allowed_signers` lines every agent the harness configures starts with: the golden

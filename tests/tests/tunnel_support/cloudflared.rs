@@ -17,10 +17,8 @@ pub fn seal_credentials(
     let credential = bosun_proto::sealed_credential::TunnelCredential::new(
         host,
         tunnel,
+        jiff::Timestamp::now(),
         bosun_proto::secret::SecretToken::new(file),
     );
-    bosunctl::secret::seal(recipient, &credential)
-        .unwrap()
-        .armored()
-        .to_owned()
+    crate::agent_support::signing::seal_signed(recipient, &credential)
 }

@@ -1,7 +1,8 @@
 //! The data plan's gate: every desired state the hub sends is held to the signed plan
 //! ([`crate::data::plan`]) and only then published, so a storage target or tier the plan
-//! does not name reaches no task. A refusal is audited once (`storage.refused`) while it
-//! holds.
+//! does not name reaches no task, and each of the plan's targets and its tunnel carries the
+//! operator-signed credential the [`CredentialKeeper`] holds for it, not whatever the hub
+//! offered or left out. A refusal is audited once (`storage.refused`) while it holds.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::DesiredSnapshot;
-use crate::data::plan::{Effective, PlanKeeper, Refusal, apply};
+use crate::data::plan::{CredentialKeeper, Effective, PlanKeeper, Refusal, apply};
 use crate::ops::journal::{AuditEvent, JournalHandle};
 
 /// Holds every desired state from `raw` to the signed plan and publishes what the agent acts
@@ -21,11 +22,13 @@ pub async fn spawn_gate(
     tasks: &crate::runtime::supervisor::Supervisor,
     mut raw: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     keeper: Arc<PlanKeeper>,
+    credentials: CredentialKeeper,
     journal: JournalHandle,
     cancel: CancellationToken,
 ) -> watch::Receiver<Option<Arc<DesiredSnapshot>>> {
     let mut gate = Gate {
         keeper,
+        credentials,
         journal,
         audited: HashSet::new(),
     };
@@ -50,10 +53,11 @@ pub async fn spawn_gate(
     rx
 }
 
-/// The gate's state: the refusals already audited.
+/// The gate's state: the plan, the held credentials and the refusals already audited.
 #[derive(Debug)]
 struct Gate {
     keeper: Arc<PlanKeeper>,
+    credentials: CredentialKeeper,
     journal: JournalHandle,
     audited: HashSet<Refusal>,
 }
@@ -72,7 +76,15 @@ impl Gate {
                 None
             }
         };
-        let Effective { state, refused } = apply(&raw.state, plan.as_ref().map(|p| &p.plan));
+        let Effective {
+            mut state,
+            mut refused,
+        } = apply(&raw.state, plan.as_ref().map(|p| &p.plan));
+        let held = self
+            .credentials
+            .hold(&mut state, plan.as_ref().map(|p| &p.plan))
+            .await;
+        refused.extend(held);
         self.audit(&refused).await;
         Some(Arc::new(DesiredSnapshot {
             generation: raw.generation,

@@ -5,6 +5,7 @@
 //!                                                              │             (what every task
 //!                      PlanKeeper (verify, journal, newest) ◄──┤              acts on)
 //!                      effective::apply (hold to the plan)  ◄──┤
+//!                      CredentialKeeper (signed, held, newest) ◄┤
 //!                      journal audit: storage.refused once  ◄──┘
 //! ```
 //!
@@ -12,13 +13,16 @@
 //! recovery, restore tests, placement of bulk volumes) reads the gate's output, never the hub's
 //! document, so a target or tier the plan does not name cannot reach any of them.
 //!
-//! This module holds the plan ([`keeper`]: verified, journaled, the newest serial) and what
-//! holding a document to it gives ([`effective`]); the gate task that applies them to every
+//! This module holds the plan ([`keeper`]: verified, journaled, the newest serial), what
+//! holding a document to it gives ([`effective`]) and the credentials its targets and tunnel
+//! use ([`credentials`]: operator-signed, journaled, the newest); the gate task that applies them to every
 //! desired state is [`crate::data::desired::plan_gate`].
 
+pub mod credentials;
 pub mod effective;
 pub mod keeper;
 
+pub use credentials::CredentialKeeper;
 pub use effective::{Effective, Refusal, apply};
 pub use keeper::{PlanKeeper, PlanOffer, VerifiedPlan};
 

@@ -68,8 +68,8 @@ use crate::clock::SharedClock;
 use crate::data::desired::DesiredSnapshot;
 use crate::links::helper::{HelperClient, HelperClientError};
 use crate::ops::journal::{AuditEvent, JournalHandle};
+use crate::trust::keys::credentials::{CredentialError, CredentialOpener};
 use crate::trust::keys::pbs_key::{PbsKeySource, PbsKeyring};
-use crate::trust::keys::sealing::{CredentialError, StorageIdentity};
 
 mod keys;
 mod unanswered;
@@ -117,7 +117,7 @@ pub struct WatcherParts<P> {
     /// The helper, for USB mounts.
     pub helper: Option<HelperClient>,
     /// Opens sealed credentials.
-    pub sealing: Arc<StorageIdentity>,
+    pub sealing: Arc<CredentialOpener>,
     /// This host: sealed credentials open only if they name it.
     pub host_id: uuid::Uuid,
     /// The PBS key K, read when a PBS storage is added.
@@ -772,7 +772,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 self.parts
                     .sealing
                     .open_credential(sealed, self.parts.host_id, &target.identity())
-                    .map_err(SecretsUnavailable::Refused)?,
+                    .map_err(SecretsUnavailable::Refused)?
+                    .secret,
             ),
             None => None,
         };

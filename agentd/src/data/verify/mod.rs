@@ -30,7 +30,7 @@ use crate::clock::SharedClock;
 use crate::data::desired::DesiredSnapshot;
 use crate::data::storage::target::parse_pbs;
 use crate::ops::journal::{AuditEvent, JournalHandle, LastVerification, Verification};
-use crate::trust::keys::sealing::StorageIdentity;
+use crate::trust::keys::credentials::CredentialOpener;
 use pbs::{PbsClient, PbsError, TaskState};
 
 /// Most characters of PBS's task status kept as a verification's detail (what the hub takes).
@@ -68,7 +68,7 @@ pub struct Verifier {
     journal: JournalHandle,
     clock: SharedClock,
     desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
-    sealing: Arc<StorageIdentity>,
+    sealing: Arc<CredentialOpener>,
     host_id: uuid::Uuid,
     config: VerifyConfig,
 }
@@ -95,7 +95,7 @@ impl Verifier {
         journal: JournalHandle,
         clock: SharedClock,
         desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
-        sealing: Arc<StorageIdentity>,
+        sealing: Arc<CredentialOpener>,
         host_id: uuid::Uuid,
         config: VerifyConfig,
     ) -> Self {
@@ -280,7 +280,8 @@ impl Verifier {
         let secret = self
             .sealing
             .open_credential(sealed, self.host_id, &target.identity())
-            .map_err(|_| VerifyError::NoCredentials)?;
+            .map_err(|_| VerifyError::NoCredentials)?
+            .secret;
         let client = PbsClient::new(&repo, &secret, self.config.call_timeout)?;
         let upid = client
             .start_verify(&repo.datastore, target.namespace.as_deref(), due.vmid)

@@ -66,6 +66,7 @@ pub mod guest_audit;
 mod guest_changes;
 mod guest_failures;
 mod guests;
+mod held_credentials;
 mod jobs;
 mod late_landings;
 mod operations;
@@ -99,6 +100,7 @@ pub use golden_builds::{
 pub use guest_audit::{GuestAuditRow, OPERATION_FINISHED};
 pub use guest_failures::{FailureCount, FailureCounts, FailureKind};
 pub use handle::JournalHandle;
+pub use held_credentials::HeldCredential;
 pub use late_landings::LateLanding;
 pub use outbox::{PendingResult, Refusal};
 pub use records::{

@@ -463,11 +463,23 @@ CREATE TABLE IF NOT EXISTS bulk_archives (
     PRIMARY KEY (guest_id, volume)
 ) STRICT;
 "#,
+    // Version 26: the newest operator-signed credential accepted for each of the plan's
+    // targets and its tunnel (decision 0095), still sealed: opened when used.
+    r#"
+CREATE TABLE IF NOT EXISTS held_credentials (
+    subject     TEXT PRIMARY KEY,
+    sealed      TEXT NOT NULL,
+    issued_ms   INTEGER NOT NULL,
+    digest      BLOB NOT NULL CHECK (length(digest) = 32),
+    signer      TEXT NOT NULL,
+    accepted_ms INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 25;
+pub const SCHEMA_VERSION: i64 = 26;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

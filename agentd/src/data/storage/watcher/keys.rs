@@ -27,8 +27,8 @@ use super::super::reason::WatchCallError;
 use super::super::target::{Secrets, TargetError, create_request};
 use super::{SecretsUnavailable, StorageWatcher};
 use crate::ops::journal::AuditEvent;
+use crate::trust::keys::credentials::CredentialError;
 use crate::trust::keys::pbs_key::PbsKeyring;
-use crate::trust::keys::sealing::CredentialError;
 
 /// Why the restore-only storage of a retired key could not be registered or given its key.
 #[derive(Debug, thiserror::Error)]
