@@ -46,13 +46,15 @@ fn the_document_names_every_endpoint_and_the_bearer_scheme() {
         ("/v1/controller", "get"),
         ("/v1/controller/health", "post"),
         ("/v1/audit", "get"),
+        ("/v1/protection", "get"),
         ("/v1/break-glass/consent", "get"),
         ("/v1/break-glass/consent", "post"),
         ("/v1/break-glass/consent", "delete"),
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} missing");
     }
-    assert_eq!(paths.len(), 12);
+    assert_eq!(paths.len(), 13);
+    assert!(paths["/v1/protection"]["get"]["security"].is_array());
     assert!(paths["/v1/break-glass/consent"]["delete"]["security"].is_array());
     assert!(paths["/v1/controller/health"]["post"]["security"].is_array());
     assert!(

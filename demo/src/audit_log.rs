@@ -3,7 +3,9 @@
 //! (its snapshot and quiesced backup, the restore test of its archive, the restore after its
 //! loss) and the break-glass door opened on its host, with the operator's key left out; never
 //! a row of guest bravo's. The operator, meanwhile, was notified of bravo's decommission
-//! (`destructive_operation`).
+//! (`destructive_operation`). Alpha's controller also reads its own protection
+//! (`GET /v1/protection`): its last backup per tier, verification and restore test from the
+//! agent's journal, judged against the signed plan, whatever the hub says.
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -14,6 +16,8 @@ use super::scenario::{check, converge, vmid_of};
 use super::sim::SimEndpoint;
 use super::{DemoError, Narrator};
 use bosun_proto::admin::AlertKind;
+use bosun_proto::inert::escape;
+use bosun_proto::protection::GuestProtection;
 use bosunctl::client::HubClient;
 
 /// What the step established.
@@ -23,6 +27,8 @@ pub struct AuditLogOutcome {
     pub entries: Vec<String>,
     /// The `destructive_operation` alert the hub raised for bravo's decommission.
     pub notification: String,
+    /// One line per item of alpha's protection (`GET /v1/protection`).
+    pub protection: Vec<String>,
 }
 
 /// The step; see the module documentation.
@@ -85,10 +91,65 @@ pub(super) async fn audit_log(
         format!("the destructive_operation alert is not bravo's: {notification}")
     })?;
     n.detail(format!("hub: destructive_operation: {notification}"));
+    let protection = protection(n, &boot, alpha).await?;
     Ok(AuditLogOutcome {
         entries,
         notification,
+        protection,
     })
+}
+
+/// Alpha reads its own protection: one line per item, each checked to be alpha's.
+async fn protection(
+    n: &mut Narrator,
+    boot: &GuestBootstrap,
+    alpha: Uuid,
+) -> Result<Vec<String>, DemoError> {
+    let body = guest_steps::get(boot, "/v1/protection").await?;
+    let answer: GuestProtection = serde_json::from_value(body)
+        .map_err(|e| DemoError::Check(format!("GET /v1/protection does not decode: {e}")))?;
+    answer
+        .validate()
+        .map_err(|e| DemoError::Check(format!("GET /v1/protection is invalid: {e}")))?;
+    check(answer.guest_id == alpha, || {
+        format!(
+            "GET /v1/protection with alpha's token answered for {}",
+            answer.guest_id
+        )
+    })?;
+    check(!answer.items.is_empty(), || {
+        "alpha's protection lists no backup tier".to_owned()
+    })?;
+    let lines: Vec<String> = answer
+        .items
+        .iter()
+        .map(|i| {
+            format!(
+                "{:?} tier {} on {}: every {} s, last {}, last ok {}{}",
+                i.kind,
+                i.tier.map_or_else(|| "-".to_owned(), |t| t.to_string()),
+                escape(&i.target),
+                i.interval_s,
+                i.last_result
+                    .map_or_else(|| "never".to_owned(), |r| format!("{r:?}")),
+                i.last_ok_at
+                    .map_or_else(|| "never".to_owned(), |at| at.to_string()),
+                if i.overdue { ", OVERDUE" } else { "" }
+            )
+        })
+        .collect();
+    n.detail(format!(
+        "GET /v1/protection with alpha's token → {} items (plan serial {}), overdue: {}",
+        lines.len(),
+        answer
+            .plan_serial
+            .map_or_else(|| "none".to_owned(), |s| s.to_string()),
+        answer.overdue
+    ));
+    for line in &lines {
+        n.detail(format!("  {line}"));
+    }
+    Ok(lines)
 }
 
 /// One line for an entry: its event, and for an operation its kind and how it ended.

@@ -43,6 +43,16 @@ pub enum ClientError {
         /// The message.
         message: String,
     },
+    /// The agent's answer does not hold what the API promises (too many items, text with
+    /// control characters, an overdue flag the items contradict).
+    #[error("{path} answered something invalid")]
+    Invalid {
+        /// The path.
+        path: &'static str,
+        /// What is wrong.
+        #[source]
+        source: bosun_proto::ValidationError,
+    },
 }
 
 /// `GET /v1/backup/due`.
@@ -219,6 +229,18 @@ impl LocalApiClient {
     ) -> Result<HealthRecorded, ClientError> {
         let body = serde_json::json!({ "digest": digest, "healthy": healthy, "detail": detail });
         self.send("POST", "/v1/controller/health", Some(body)).await
+    }
+
+    /// The guest's own protection (`GET /v1/protection`), checked against the API's bounds.
+    pub async fn protection(
+        &self,
+    ) -> Result<bosun_proto::protection::GuestProtection, ClientError> {
+        const PATH: &str = "/v1/protection";
+        let answer: bosun_proto::protection::GuestProtection = self.send("GET", PATH, None).await?;
+        answer
+            .validate()
+            .map_err(|source| ClientError::Invalid { path: PATH, source })?;
+        Ok(answer)
     }
 
     /// The current or latest backup run.

@@ -15,6 +15,9 @@
 //! - [`service`] is `bosun-guest run`, the controller image's one process: the quiesce loop
 //!   and the controller loop side by side until one shutdown, each retrying a failed pass
 //!   after [`backoff`]'s delay.
+//! - [`protection`] is the guest's own protection as the agent judges it from its journal
+//!   against the signed plan: `bosun-guest status` prints it and exits 3 while anything is
+//!   overdue; `bosun-guest run` watches it and warns.
 //! - [`restore_check`] is the guest's own restore check: written while the apps are stopped
 //!   for a backup (checksums of their data and a script that verifies them), removed when they
 //!   run again, run by Bosun's restore test inside a restored copy of the guest.
@@ -25,6 +28,7 @@ pub mod client;
 pub mod controller;
 pub mod hooks;
 pub mod marker;
+pub mod protection;
 pub mod quiesce;
 pub mod restore_check;
 pub mod service;
@@ -34,6 +38,7 @@ pub use client::{ClientError, LocalApiClient};
 pub use controller::{ControllerConfig, ControllerLoop, PassOutcome};
 pub use hooks::{App, HookError};
 pub use marker::{Marker, MarkerError};
+pub use protection::{EXIT_OVERDUE, ProtectionError, ProtectionWatch};
 pub use quiesce::{QuiesceConfig, QuiesceError, QuiesceOutcome, Quiescer};
 pub use restore_check::{RestoreCheck, RestoreCheckError};
 pub use service::Service;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bosun_guest::{
-    App, ControllerConfig, ControllerLoop, LocalApiClient, QuiesceConfig, QuiesceOutcome, Quiescer,
-    Service, load_bootstrap,
+    App, ControllerConfig, ControllerLoop, LocalApiClient, ProtectionWatch, QuiesceConfig,
+    QuiesceOutcome, Quiescer, Service, load_bootstrap,
 };
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -87,6 +87,22 @@ enum Command {
         activate: Option<String>,
         #[command(flatten)]
         rollouts: RolloutArgs,
+        /// Seconds between two looks at the guest's protection (60 to 86400); a warning is
+        /// logged while anything is overdue.
+        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..=MAX_INTERVAL_S))]
+        protection_interval_s: u64,
+        /// Keep the last protection answer in this file (JSON, written whole), for whatever
+        /// watches the guest.
+        #[arg(long)]
+        protection_file: Option<PathBuf>,
+    },
+    /// Print this guest's protection as the host agent judges it from its own journal against
+    /// the operator's signed plan: the last backup per tier, verification per PBS tier and
+    /// restore test, how each ended and what is overdue. Exits 3 while anything is overdue.
+    Status {
+        /// Print the agent's answer as JSON instead.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the shell completion script (the package installs it).
     #[command(hide = true)]
@@ -144,7 +160,15 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
         ),
         (
             1,
-            "the bootstrap, the apps file or an option is invalid, or a single pass failed (run, watch and controller retry a failed pass and never exit on one)",
+            "the bootstrap, the apps file or an option is invalid, or a single pass failed (run, watch and controller retry a failed pass and never exit on one); status: the protection could not be read",
+        ),
+        (
+            2,
+            "a usage error: an unknown option or a value out of range",
+        ),
+        (
+            3,
+            "status: the guest's protection is overdue (a backup tier, a verification or the restore test went more than twice its interval without a success)",
         ),
     ],
     environment: &[
@@ -180,6 +204,10 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
                 "bosun-guest recover",
                 "restart the apps an interrupted pass left stopped",
             ),
+            (
+                "bosun-guest status",
+                "when this guest was last backed up, verified and restore-tested, and whether any of it is overdue",
+            ),
         ],
     )],
 };
@@ -211,7 +239,7 @@ fn main() -> ExitCode {
         _ => {}
     }
     match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("bosun-guest: {e:#}");
             ExitCode::FAILURE
@@ -219,7 +247,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let apps: Vec<App> = match &args.apps {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -263,8 +291,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
             interval_s,
             activate,
             rollouts,
+            protection_interval_s,
+            protection_file,
         } => {
             let service = Service {
+                protection: ProtectionWatch::new(
+                    client.clone(),
+                    Duration::from_secs(protection_interval_s),
+                    protection_file,
+                ),
                 controller: ControllerLoop::new(client, rollouts.config(activate.as_deref())?),
                 quiescer,
                 watch_interval: Duration::from_secs(interval_s),
@@ -280,8 +315,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
             bosun_guest::service::watch(&quiescer, Duration::from_secs(interval_s), &shutdown)
                 .await;
         }
+        Command::Status { json } => {
+            let protection = client.protection().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&protection)?);
+            } else {
+                print!("{}", bosun_guest::protection::render(&protection));
+            }
+            return Ok(ExitCode::from(bosun_guest::protection::exit_status(
+                &protection,
+            )));
+        }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `completions SHELL`: the script on stdout (a reader that went away is not an error).

@@ -1,5 +1,6 @@
 //! `bosun-guest run`, the controller image's one process (decision 0088): the quiesce watch
-//! ([`crate::quiesce`]) and the controller's side of rollouts ([`crate::controller`]) side by
+//! ([`crate::quiesce`]), the controller's side of rollouts ([`crate::controller`]) and the
+//! guest's protection watch ([`crate::protection`]) side by
 //! side until one shutdown token is cancelled (SIGTERM or Ctrl-C). A quiesce under way when it
 //! is cancelled starts its apps again before the process ends; the quiesce marker and the
 //! controller's digest file stay where they are for the next start.
@@ -15,29 +16,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::controller::ControllerLoop;
+use crate::protection::ProtectionWatch;
 use crate::quiesce::{QuiesceOutcome, Quiescer};
 
-/// Both loops of one guest's controller.
+/// The loops of one guest's controller.
 #[derive(Debug)]
 pub struct Service {
     /// The quiesce loop.
     pub quiescer: Quiescer,
     /// The controller loop.
     pub controller: ControllerLoop,
+    /// The protection watch: warns while the guest's protection is overdue.
+    pub protection: ProtectionWatch,
     /// Between two quiesce passes.
     pub watch_interval: Duration,
 }
 
 impl Service {
-    /// Runs both loops until `shutdown`; returns once both have stopped.
+    /// Runs the three loops until `shutdown`; returns once all have stopped.
     pub async fn run(&self, shutdown: &CancellationToken) {
         tracing::info!(
             watch_interval_s = self.watch_interval.as_secs(),
-            "controller running: quiesce watch and rollouts"
+            "controller running: quiesce watch, rollouts and protection watch"
         );
         tokio::join!(
             watch(&self.quiescer, self.watch_interval, shutdown),
-            self.controller.run(shutdown)
+            self.controller.run(shutdown),
+            self.protection.run(shutdown)
         );
         tracing::info!("controller stopped");
     }

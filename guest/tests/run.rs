@@ -444,7 +444,7 @@ async fn one_process_reports_the_signed_digest_and_quiesces_the_apps() {
     h.shutdown().await;
 }
 
-/// With nothing listening where the bootstrap says, both loops log the failure and retry
+/// With nothing listening where the bootstrap says, every loop logs the failure and retries
 /// with growing delays; the process does not exit until SIGTERM, and then with success.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_local_api_is_retried_not_an_exit() {
@@ -483,6 +483,7 @@ async fn an_unreachable_local_api_is_retried_not_an_exit() {
     for what in [
         "quiesce pass failed; retrying",
         "controller pass failed; retrying",
+        "protection pass failed; retrying",
     ] {
         let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(what)).collect();
         assert!(

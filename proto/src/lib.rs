@@ -32,6 +32,7 @@
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
 //! | [`operator_token`] | operator tokens: names, roles, expiry |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
+//! | [`protection`] | a guest's own protection as the local API tells its customer, and the one overdue rule |
 //! | [`update`] | `bosun.update/v1`, agent self-update slots and the health gate's record |
 
 pub mod admin;
@@ -69,6 +70,7 @@ pub mod openapi;
 pub mod operator_token;
 pub mod oplog;
 pub mod poll;
+pub mod protection;
 pub mod refused;
 pub mod report;
 mod report_bulk;

@@ -313,6 +313,17 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
             && transcript.contains("hub: destructive_operation"),
         "{transcript}"
     );
+    assert!(
+        audit
+            .protection
+            .iter()
+            .any(|l| l.starts_with("Backup tier 0")),
+        "alpha reads its own protection: {audit:?}"
+    );
+    assert!(
+        transcript.contains("GET /v1/protection with alpha's token"),
+        "{transcript}"
+    );
 
     // An adopted guest: the job signed for another hostname is refused and writes nothing;
     // the right one gives the container its identity in one write.

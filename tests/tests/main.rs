@@ -70,6 +70,7 @@ mod agent_metrics;
 mod agent_nonce_prune;
 mod agent_outcome;
 mod agent_placement;
+mod agent_protection;
 mod agent_remote_targets;
 mod agent_retention_floor;
 mod agent_sealed_secrets;

@@ -132,6 +132,7 @@ pub(super) fn serve(
         queue: w.queue.clone(),
         backups: sources.backups,
         policy: sources.policy,
+        desired: w.desired.clone(),
         storage: sources.storage,
         restore_tests: sources.restore_tests,
         controllers: sources.controllers,
@@ -144,6 +145,8 @@ pub(super) fn serve(
             shutdown_grace: settings.shutdown_grace,
             connections: settings.connections,
             controller_report_interval: w.config.controller.report_interval,
+            default_storage: w.config.backup.storage.clone(),
+            verify_hour: w.config.backup.verify_hour,
             ..LocalApiConfig::default()
         },
     });

@@ -50,6 +50,9 @@ pub struct Harness {
     pub controllers: ControllerBoard,
     pub tls: LocalApiTls,
     pub policy: watch::Sender<Option<BackupPolicy>>,
+    /// The desired state held to the plan, as the plan gate would publish it: what
+    /// `GET /v1/protection` judges against.
+    pub desired: watch::Sender<Option<Arc<bosun_agentd::data::desired::DesiredSnapshot>>>,
     /// What the storage watcher would publish: the classes `GET /v1/storage` answers with.
     pub storage: watch::Sender<StorageFacts>,
     pub base: String,
@@ -264,6 +267,7 @@ impl Harness {
             backup_config,
         );
         let (policy, policy_rx) = watch::channel(None);
+        let (desired, desired_rx) = watch::channel(None);
         let (storage, storage_rx) = watch::channel(options.storage.clone());
         let board = RestoreTestBoard::new();
         let controllers = ControllerBoard::new();
@@ -273,6 +277,7 @@ impl Harness {
             queue: queue.clone(),
             backups: backups.clone(),
             policy: policy_rx,
+            desired: desired_rx,
             storage: storage_rx,
             restore_tests: board.clone(),
             controllers: controllers.clone(),
@@ -314,6 +319,7 @@ impl Harness {
             controllers,
             tls,
             policy,
+            desired,
             storage,
             base,
             fingerprint,

@@ -4,17 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use bosun_proto::calendar::CalendarEvent;
 use bosun_proto::report::{GuestStatus, StateReport, TierReport};
-use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
 use super::{Condition, OpenWatch, WatchKind, guest_name, human};
-
-/// How many consecutive occurrences of a tier's schedule its cadence is measured over: the
-/// longest gap among them, so a weekday schedule's weekend is part of its cadence.
-const CADENCE_OCCURRENCES: usize = 16;
 
 /// The newest good backup of one guest to one target the hub knows of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +119,7 @@ fn deadlines(
         let slot = newest.entry(good.guest_id).or_default();
         *slot = (*slot).max(Some(good.at));
     }
-    let limit = cadence.checked_mul(2).unwrap_or(SignedDuration::MAX);
+    let limit = bosun_proto::protection::overdue_limit(cadence);
     newest
         .into_iter()
         .filter_map(|(guest_id, at)| {
@@ -201,23 +195,7 @@ pub(super) fn next_overdue(
         .min()
 }
 
-/// The longest gap between consecutive occurrences of `schedule` from `now` on (UTC; the
-/// host's own zone moves a gap by an hour at most), or `None` when it does not parse or
-/// occurs fewer than twice.
-pub fn cadence(schedule: &str, now: Timestamp) -> Option<SignedDuration> {
-    let event = CalendarEvent::parse(schedule).ok()?;
-    let mut at = event.next(now, &TimeZone::UTC)?;
-    let mut longest: Option<SignedDuration> = None;
-    for _ in 1..CADENCE_OCCURRENCES {
-        let Some(next) = event.next(at, &TimeZone::UTC) else {
-            break;
-        };
-        let gap = next.duration_since(at);
-        longest = Some(longest.map_or(gap, |l| l.max(gap)));
-        at = next;
-    }
-    longest
-}
+pub use bosun_proto::protection::cadence;
 
 /// Whether an open `backup_failed` or `backup_overdue` recovered (else it stopped applying
 /// for another reason), and the message saying which.

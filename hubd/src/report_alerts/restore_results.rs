@@ -336,9 +336,12 @@ fn policy(desired: Option<&DesiredState>) -> Option<&RestoreTestPolicy> {
         .filter(|p| p.enabled)
 }
 
-/// Twice the policy's interval.
+/// Twice the policy's interval ([`bosun_proto::protection::overdue_limit`], the rule the agent
+/// tells the guest by).
 fn limit(policy: &RestoreTestPolicy) -> SignedDuration {
-    SignedDuration::from_hours(i64::from(policy.interval_days).saturating_mul(48))
+    bosun_proto::protection::overdue_limit(SignedDuration::from_hours(
+        i64::from(policy.interval_days).saturating_mul(24),
+    ))
 }
 
 /// `1 day`, `7 days`.

@@ -14,6 +14,7 @@
 //!   while the plan asks for it. An `ok` verification resolves it as `verify_recovered`.
 
 use bosun_proto::desired::DesiredState;
+use bosun_proto::protection;
 use bosun_proto::report::StateReport;
 use bosun_proto::verify::{VerifyOutcome, VerifyPolicy, VerifyReport, effective_policy};
 use jiff::{SignedDuration, Timestamp};
@@ -70,10 +71,18 @@ pub(super) fn failed(hostname: &str, report: &StateReport) -> Vec<Condition> {
         .collect()
 }
 
-/// When a verification turns overdue: twice the interval after its last `ok` (or its first).
+/// The policy's interval.
+fn interval(policy: VerifyPolicy) -> SignedDuration {
+    SignedDuration::from_hours(i64::from(policy.interval_hours))
+}
+
+/// When a verification turns overdue ([`bosun_proto::protection::overdue_at`], the rule the
+/// agent tells the guest by): twice the interval after its last `ok` (or its first).
 fn overdue_at(v: &VerifyReport, policy: VerifyPolicy) -> Option<Timestamp> {
-    let limit = SignedDuration::from_hours(i64::from(policy.interval_hours) * 2);
-    v.last_ok_at.unwrap_or(v.first_at).checked_add(limit).ok()
+    Some(protection::overdue_at(
+        v.last_ok_at.unwrap_or(v.first_at),
+        interval(policy),
+    ))
 }
 
 /// The `verify_overdue` conditions at `now`.
@@ -86,7 +95,7 @@ pub(super) fn overdue(
     let Some(policy) = policy(records.desired) else {
         return Vec::new();
     };
-    let limit = SignedDuration::from_hours(i64::from(policy.interval_hours) * 2);
+    let limit = protection::overdue_limit(interval(policy));
     report
         .verifications
         .iter()

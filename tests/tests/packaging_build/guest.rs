@@ -38,6 +38,7 @@ pub fn installed_state() -> Result<()> {
         ("/usr/share/man/man1/bosun-guest.1.gz", 0o644),
         ("/usr/share/man/man1/bosun-guest-watch.1.gz", 0o644),
         ("/usr/share/man/man1/bosun-guest-run.1.gz", 0o644),
+        ("/usr/share/man/man1/bosun-guest-status.1.gz", 0o644),
         ("/usr/share/bash-completion/completions/bosun-guest", 0o644),
         ("/usr/share/zsh/vendor-completions/_bosun-guest", 0o644),
         (

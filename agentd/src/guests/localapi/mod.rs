@@ -15,6 +15,8 @@
 //!                     reads ◄──────────────────┤
 //!  GuestOps (bosun-pve) ◄── GuestQueue (one mutation per guest) ◄── snapshot / rollback
 //!                                              ├──► BackupService (crate::data::backup) ── queue
+//!                                              ├──► protection (crate::data::protection): the
+//!                                              │    journal judged against the signed plan
 //!                                              ├──► ControllerBoard (crate::guests::controller):
 //!                                              │    the digest to run, health reports
 //!                                              └──► ConsentBook (crate::trust::break_glass):
@@ -34,6 +36,7 @@ mod controller_routes;
 pub mod error;
 mod handlers;
 pub mod interrupted;
+mod protection_routes;
 pub mod refusals;
 pub mod restore_test;
 pub mod slots;
@@ -72,6 +75,7 @@ pub use snapshots::{
 
 use crate::clock::SharedClock;
 use crate::data::backup::BackupService;
+use crate::data::desired::DesiredSnapshot;
 use crate::data::storage::StorageFacts;
 use crate::guests::controller::ControllerBoard;
 use crate::guests::credentials::cert::{CertError, LocalApiCert};
@@ -101,6 +105,12 @@ pub struct LocalApiConfig {
     pub refusal_window: Duration,
     /// How often controllers are asked to report health (`GET /v1/controller`).
     pub controller_report_interval: Duration,
+    /// The Proxmox storage tier 0 writes to when no target names it (`backup.storage`), as
+    /// `GET /v1/protection` names it.
+    pub default_storage: String,
+    /// How long one hour of a verification interval lasts (`backup.verify_hour_ms`), so
+    /// `GET /v1/protection` judges verification on the verifier's own clock.
+    pub verify_hour: Duration,
 }
 
 impl Default for LocalApiConfig {
@@ -114,6 +124,8 @@ impl Default for LocalApiConfig {
             refusal_window: refusals::DEFAULT_REFUSAL_WINDOW,
             controller_report_interval: crate::config::controller::ControllerSettings::default()
                 .report_interval,
+            default_storage: "local".to_owned(),
+            verify_hour: Duration::from_secs(3600),
         }
     }
 }
@@ -131,6 +143,7 @@ struct Inner {
     queue: GuestQueue,
     backups: BackupService,
     policy: watch::Receiver<Option<BackupPolicy>>,
+    desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     storage: watch::Receiver<StorageFacts>,
     restore_tests: RestoreTestBoard,
     controllers: ControllerBoard,
@@ -156,6 +169,9 @@ pub struct LocalApiParts {
     pub backups: BackupService,
     /// The backup policy of the current desired state, as the hub loop publishes it.
     pub policy: watch::Receiver<Option<BackupPolicy>>,
+    /// The desired state the agent acts on, held to the signed data plan (with the plan): what
+    /// `GET /v1/protection` judges against.
+    pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     /// What the storage watcher knows of the manifest's targets: the speed class of each
     /// target's storage, read at every `GET /v1/storage`, so it follows targets as they come
     /// and go.
@@ -197,6 +213,7 @@ impl LocalApi {
                 queue: parts.queue,
                 backups: parts.backups,
                 policy: parts.policy,
+                desired: parts.desired,
                 storage: parts.storage,
                 restore_tests: parts.restore_tests,
                 controllers: parts.controllers,
@@ -266,6 +283,7 @@ fn api_router() -> OpenApiRouter<LocalApi> {
         .routes(routes!(backup_routes::backup_status))
         .routes(routes!(handlers::restore_test_status))
         .routes(routes!(audit_routes::guest_audit))
+        .routes(routes!(protection_routes::protection))
         .routes(routes!(controller_routes::desired_controller))
         .routes(routes!(controller_routes::report_health))
         .routes(routes!(
