@@ -79,7 +79,7 @@ impl Ask {
     pub fn check(&self, claimed: &[HostSummary]) -> Result<Vec<Uuid>, CtlError> {
         if claimed.len() > self.max {
             let how = match (&self.listed, self.confirm) {
-                (Some(_), _) => format!("the {} hosts --hosts names", self.max),
+                (Some(_), _) => format!("the {} that --hosts lists", self.max),
                 (None, true) => format!(
                     "the canary's {} (without --hosts or --max-hosts a rollout signs for at most its canary)",
                     self.max

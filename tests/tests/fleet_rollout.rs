@@ -306,7 +306,7 @@ async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_
             && text.contains("planned"),
         "{text}"
     );
-    for host in &hosts {
+    for host in hosts {
         assert!(controller_jobs(hub, host.id).await.is_empty());
     }
 
