@@ -239,6 +239,14 @@ pub enum CtlError {
         /// How many matching hosts were not reached.
         skipped: usize,
     },
+    /// `fleet rollout`: the hub's answer to the selector is not what the operator approved
+    /// (more hosts than the bound, a host outside `--hosts`), or the hosts shown were not
+    /// confirmed; nothing was signed.
+    #[error("rollout not approved, nothing signed: {reason}")]
+    NotApproved {
+        /// Why.
+        reason: String,
+    },
     /// `job submit`: the job would be refused (by the hub or the agent), so it was not sent.
     #[error("job not submitted ({reason}): {detail}")]
     JobRefused {
@@ -343,7 +351,8 @@ impl CtlError {
             | Self::Docs(_)
             | Self::ParseInput { .. }
             | Self::InvalidInput { .. }
-            | Self::JobRefused { .. } => exit::INPUT,
+            | Self::JobRefused { .. }
+            | Self::NotApproved { .. } => exit::INPUT,
             Self::NotSent { .. } | Self::OutcomeUnknown { .. } => exit::UNREACHABLE,
             Self::Hub {
                 status: 409, code, ..

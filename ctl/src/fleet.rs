@@ -4,18 +4,22 @@
 //! which hosts get jobs ([`crate::fleet_plan`]), prints that, and then signs one job for each
 //! host (each guest, for a controller rollout) with the operator's key and runs the waves
 //! ([`crate::fleet_wave`]). The hub never signs and never widens the set: every job names its
-//! host and was signed here for it.
+//! host and was signed here for it, and only for a host the operator approved
+//! ([`crate::fleet_approve`], decision 0093): named with `--hosts`, within `--max-hosts`, or
+//! confirmed on a terminal within the canary's size.
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use bosun_proto::admin::{HostDetail, HostSummary, JobRecord};
 use clap::Subcommand;
+use uuid::Uuid;
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
-use crate::fleet_plan::{FleetKind, Plan, Seen};
+use crate::fleet_approve::{Approval, Ask};
+use crate::fleet_plan::{FleetKind, Plan, Seen, SkipReason, Skipped};
 use crate::global::GlobalArgs;
-use crate::table;
 
 /// The most hosts `--max-hosts` may allow.
 pub const MAX_HOSTS: u32 = 500;
@@ -29,9 +33,13 @@ pub const MAX_TERMS: usize = 8;
 pub enum FleetCommand {
     /// Sign and run an `agent-update` or `controller-update` on every host a selector
     /// matches, in waves: a canary wave first, then the rest in batches, each wave waiting
-    /// for its jobs and health gates; the first failure stops the rollout. Prints the hosts
-    /// done, failed and skipped (offline, no helper, already at target, a job pending, not
-    /// reached), each with why; exit 14 when it stopped.
+    /// for its jobs and health gates; the first failure stops the rollout. Shows each wave's
+    /// hosts (name, id, the labels the hub claims) before signing, and signs only for hosts
+    /// the operator approved: listed with `--hosts`, within `--max-hosts`, or, with neither,
+    /// at most the canary's size and confirmed by typing `yes` on a terminal (without one,
+    /// nothing is signed); a hub that names more hosts gets nothing signed (exit 4). Prints the
+    /// hosts done, failed and skipped (offline, no helper, already at target, a job pending,
+    /// not returned by the hub, not reached), each with why; exit 14 when it stopped.
     Rollout(RolloutArgs),
 }
 
@@ -64,10 +72,18 @@ pub struct RolloutArgs {
     /// Hosts in each wave after the canary (1 to 50).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub batch: u32,
-    /// Refuse when the selector matches more hosts than this (1 to 500).
-    #[arg(long, default_value_t = 50,
+    /// The hosts the rollout may sign for, by id (comma-separated or repeated, at most 500):
+    /// a hub that names another one for the selector gets nothing signed; a listed host the
+    /// hub does not name is reported and skipped. No confirmation is asked.
+    #[arg(long, value_name = "ID,ID", value_delimiter = ',')]
+    pub hosts: Vec<Uuid>,
+    /// The most hosts the rollout may sign for (1 to 500): a hub that says the selector
+    /// matches more gets nothing signed. No confirmation is asked. Without it (and without
+    /// `--hosts`) the bound is the canary's size and the hosts shown must be confirmed on a
+    /// terminal.
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_HOSTS)))]
-    pub max_hosts: u32,
+    pub max_hosts: Option<u32>,
     /// How long one wave may take, its health gates included (`90s`, `30m`; 10 s to 24 h);
     /// a job not done by then fails the wave (a queued one is cancelled).
     #[arg(long, value_name = "DURATION", default_value = "30m")]
@@ -80,7 +96,8 @@ pub struct RolloutArgs {
     #[arg(long, default_value_t = 24,
           value_parser = clap::value_parser!(i64).range(1..=bosun_proto::job::MAX_VALIDITY_HOURS))]
     pub valid_hours: i64,
-    /// Print the hosts and waves, sign and send nothing.
+    /// Print the hosts and waves, sign and send nothing (the bound still applies; nothing is
+    /// asked).
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -105,26 +122,60 @@ async fn rollout(client: &HubClient, json: bool, args: &RolloutArgs) -> Result<(
         (&args.wait, &args.deadline),
         args.valid_hours,
     )?;
+    let ask = Ask::new(&args.hosts, args.max_hosts, args.canary)?;
     let want = settings.want.clone();
-    let seen = resolve(client, args).await?;
-    let plan = crate::fleet_plan::plan(args.kind, &want, &seen);
+    let (seen, missing) = resolve(client, args, &ask).await?;
+    let mut plan = crate::fleet_plan::plan(args.kind, &want, &seen);
+    plan.skipped
+        .extend(missing.into_iter().map(|host_id| Skipped {
+            host_id,
+            hostname: "-".to_owned(),
+            reason: SkipReason::NotReturned,
+        }));
     let waves = crate::fleet_plan::waves(&plan.targets, args.canary as usize, args.batch as usize);
-    if !json {
-        print_plan(args.kind, &want, &plan, &waves)?;
+    // The plan goes to stdout, or to stderr when stdout is the JSON report.
+    for line in plan_lines(args.kind, &want, &plan, &waves) {
+        if json {
+            crate::errln!("{line}");
+        } else {
+            crate::outln!("{line}")?;
+        }
     }
     if args.dry_run {
         let report = crate::fleet_wave::Report::planned(&plan, &waves);
         return report.print(json);
     }
-    let report = crate::fleet_wave::run_waves(client, &settings, &plan, &waves).await?;
+    if ask.needs_confirmation() && !plan.targets.is_empty() {
+        let jobs = plan.targets.iter().map(|t| t.jobs.len()).sum();
+        let stdin = std::io::stdin();
+        let terminal = stdin.is_terminal();
+        crate::fleet_approve::confirm(plan.targets.len(), jobs, terminal, stdin.lock())?;
+    }
+    let approval = Approval::new(plan.targets.iter().map(|t| t.host_id));
+    if approval.len() > ask.max() {
+        // `resolve` bounded the hub's answer and the targets are a part of it.
+        return Err(CtlError::NotApproved {
+            reason: format!(
+                "{} hosts to sign for, more than the {} approved",
+                approval.len(),
+                ask.max()
+            ),
+        });
+    }
+    let report = crate::fleet_wave::run_waves(client, &settings, &approval, &plan, &waves).await?;
     report.print(json)?;
     report.verdict()
 }
 
-/// The hosts the hub says the selector matches, each with its detail and jobs; refused when
-/// the selector is empty or matches more than `--max-hosts`, and when the hub names a host
-/// whose labels do not match.
-async fn resolve(client: &HubClient, args: &RolloutArgs) -> Result<Vec<Seen>, CtlError> {
+/// The hosts the hub says the selector matches, each with its detail and jobs, and the hosts
+/// `--hosts` lists that the hub did not name; refused when the selector is empty, when the
+/// hub's answer is not what the operator approved ([`Ask::check`]), and when the hub names a
+/// host whose labels do not match.
+async fn resolve(
+    client: &HubClient,
+    args: &RolloutArgs,
+    ask: &Ask,
+) -> Result<(Vec<Seen>, Vec<Uuid>), CtlError> {
     if args.labels.is_empty() && args.capabilities.is_empty() {
         return Err(CtlError::BadArgument {
             what: "selector",
@@ -153,16 +204,23 @@ async fn resolve(client: &HubClient, args: &RolloutArgs) -> Result<Vec<Seen>, Ct
             reason: "no host matches it (`bosunctl hosts list` with the same --label and --capability shows the fleet)".to_owned(),
         });
     }
-    if hosts.len() > args.max_hosts as usize {
-        return Err(CtlError::BadArgument {
-            what: "selector",
-            reason: format!(
-                "it matches {} hosts, more than --max-hosts {}: narrow it or raise the bound",
-                hosts.len(),
-                args.max_hosts
-            ),
-        });
-    }
+    let missing = match ask.check(&hosts) {
+        Ok(missing) => missing,
+        Err(err) => {
+            // What the hub claimed, for the operator to see (at most a few screens).
+            crate::errln!(
+                "the hub says these {} hosts match the selector:",
+                hosts.len()
+            );
+            for host in hosts.iter().take(MAX_SHOWN) {
+                crate::errln!("  {}", claimed(&host.hostname, host.host_id, &host.labels));
+            }
+            if hosts.len() > MAX_SHOWN {
+                crate::errln!("  … and {} more", hosts.len() - MAX_SHOWN);
+            }
+            return Err(err);
+        }
+    };
     let wanted = crate::host_labels::change(&args.labels, &[]).ok();
     let mut seen = Vec::with_capacity(hosts.len());
     for host in hosts {
@@ -171,6 +229,16 @@ async fn resolve(client: &HubClient, args: &RolloutArgs) -> Result<Vec<Seen>, Ct
             "host detail",
             client.get(&format!("/v1/admin/hosts/{id}")).await?,
         )?;
+        if detail.summary.host_id != id {
+            // The approval was checked on the ids the hub listed: a detail for another host
+            // would slip that host past it.
+            return Err(CtlError::NotApproved {
+                reason: format!(
+                    "the hub answered host {id}'s detail with host {}",
+                    detail.summary.host_id
+                ),
+            });
+        }
         if let Some(wanted) = &wanted {
             let labels = &detail.summary.labels;
             if let Some((key, _)) = wanted.set.iter().find(|(k, v)| labels.get(*k) != Some(*v)) {
@@ -189,38 +257,64 @@ async fn resolve(client: &HubClient, args: &RolloutArgs) -> Result<Vec<Seen>, Ct
         )?;
         seen.push(Seen { detail, jobs });
     }
-    Ok(seen)
+    Ok((seen, missing))
 }
 
-/// The plan, before anything is signed: the waves and the hosts left out.
-fn print_plan(
+/// The most claimed hosts a refusal lists.
+const MAX_SHOWN: usize = 50;
+
+/// A host as the plan shows it: its name, its id and the labels the hub claims it carries.
+fn claimed(
+    hostname: &str,
+    id: Uuid,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let labels = if labels.is_empty() {
+        "no labels".to_owned()
+    } else {
+        labels.join(",")
+    };
+    format!("{hostname} ({id}) [{labels}]")
+}
+
+/// The plan, before anything is signed: the waves, each host with the labels the hub claims,
+/// and the hosts left out.
+fn plan_lines(
     kind: FleetKind,
     want: &str,
     plan: &Plan,
     waves: &[Vec<crate::fleet_plan::Target>],
-) -> Result<(), CtlError> {
+) -> Vec<String> {
     let hosts = plan.targets.len() + plan.skipped.len();
-    crate::outln!(
+    let mut lines = vec![format!(
         "{} to {} {want}: {hosts} hosts match, {} to update in {} waves, {} skipped",
         kind.job_kind().as_str(),
         kind.target_param(),
         plan.targets.len(),
         waves.len(),
         plan.skipped.len()
-    )?;
+    )];
     for (n, wave) in waves.iter().enumerate() {
-        let names: Vec<String> = wave
-            .iter()
-            .map(|t| match t.jobs.len() {
-                1 => format!("{} ({})", t.hostname, t.host_id),
-                n => format!("{} ({}, {n} jobs)", t.hostname, t.host_id),
-            })
-            .collect();
         let label = if n == 0 { "canary" } else { "wave" };
-        crate::outln!("  {label} {}: {}", n + 1, names.join(", "))?;
+        lines.push(format!("  {label} {}:", n + 1));
+        for t in wave {
+            let jobs = match t.jobs.len() {
+                1 => String::new(),
+                n => format!(", {n} jobs"),
+            };
+            lines.push(format!(
+                "    {}{jobs}",
+                claimed(&t.hostname, t.host_id, &t.labels)
+            ));
+        }
     }
     for skipped in &plan.skipped {
-        crate::outln!("  skipped {}: {}", skipped.hostname, skipped.reason)?;
+        lines.push(format!(
+            "  skipped {} ({}): {}",
+            skipped.hostname, skipped.host_id, skipped.reason
+        ));
     }
-    table::line(format_args!(""))
+    lines.push(String::new());
+    lines
 }

@@ -3,6 +3,8 @@
 //! rollout, for which guests), which are skipped and why, and the waves the targets run in.
 //! Nothing here talks to the hub; [`crate::fleet`] fetches, [`crate::fleet_wave`] runs.
 
+use std::collections::BTreeMap;
+
 use bosun_proto::admin::{HostDetail, HostStatus, JobRecord, JobState, Liveness};
 use bosun_proto::job::{JobKind, JobTarget};
 use bosun_proto::report::GuestStatus;
@@ -74,6 +76,9 @@ pub enum SkipReason {
     },
     /// The rollout's `--deadline` passed before this host's wave.
     DeadlinePassed,
+    /// `--hosts` lists it, but the hub does not name it for the selector (it may lack the
+    /// label, or the hub may hide it): nothing is signed for it.
+    NotReturned,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -93,6 +98,9 @@ impl std::fmt::Display for SkipReason {
                 write!(f, "not reached: the rollout stopped after {after} failed")
             }
             Self::DeadlinePassed => f.write_str("not reached: the rollout's deadline passed"),
+            Self::NotReturned => {
+                f.write_str("listed with --hosts, but the hub does not name it for the selector")
+            }
         }
     }
 }
@@ -104,6 +112,8 @@ pub struct Target {
     pub host_id: Uuid,
     /// Its name.
     pub hostname: String,
+    /// The labels the hub says it carries (shown before anything is signed).
+    pub labels: BTreeMap<String, String>,
     /// One target a job: the host alone, or each guest whose controller changes.
     pub jobs: Vec<JobTarget>,
 }
@@ -154,6 +164,7 @@ pub fn plan(kind: FleetKind, want: &str, hosts: &[Seen]) -> Plan {
             Ok(jobs) => plan.targets.push(Target {
                 host_id: summary.host_id,
                 hostname: summary.hostname.clone(),
+                labels: summary.labels.clone(),
                 jobs,
             }),
             Err(reason) => plan.skipped.push(Skipped {

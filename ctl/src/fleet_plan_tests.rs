@@ -161,6 +161,7 @@ fn waves_are_the_canary_then_bounded_batches() {
         .map(|n| Target {
             host_id: Uuid::new_v4(),
             hostname: format!("pve-{n}"),
+            labels: BTreeMap::new(),
             jobs: Vec::new(),
         })
         .collect();

@@ -4,7 +4,8 @@
 //! rollout's `--deadline`) until each job ended and, for an agent update, until the host's
 //! health gate said `committed` or `rolled back` (the `agent_update.*` entry the agent audits
 //! with the job's id). A controller update's job already waits for the controller's healthy
-//! report, so its result is its gate. The first wave with a failure is the last.
+//! report, so its result is its gate. The first wave with a failure is the last. No job is
+//! signed for a host outside the operator's [`Approval`] (decision 0093), whatever a wave holds.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use uuid::Uuid;
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
+use crate::fleet_approve::Approval;
 use crate::fleet_plan::{FleetKind, Plan, SkipReason, Target};
 use crate::table;
 
@@ -252,10 +254,12 @@ fn skipped(host_id: Uuid, hostname: &str, reason: &SkipReason) -> HostLine {
     }
 }
 
-/// Runs the waves in order; the first one with a failed host is the last.
+/// Runs the waves in order; the first one with a failed host is the last. A job is signed
+/// only for a host `approval` admits.
 pub async fn run_waves(
     client: &HubClient,
     settings: &Settings,
+    approval: &Approval,
     plan: &Plan,
     waves: &[Vec<Target>],
 ) -> Result<Report, CtlError> {
@@ -287,7 +291,10 @@ pub async fn run_waves(
                 .join(", ")
         );
         let until = end.min(Instant::now() + settings.wait);
-        let lines = Box::pin(run_wave(client, settings, &scratch.0, wave, until)).await;
+        let lines = Box::pin(run_wave(
+            client, settings, approval, &scratch.0, wave, until,
+        ))
+        .await;
         for line in lines {
             if line.outcome == Outcome::Failed && stop.is_none() {
                 report.stopped = true;
@@ -365,6 +372,7 @@ struct Sent {
 async fn run_wave(
     client: &HubClient,
     settings: &Settings,
+    approval: &Approval,
     scratch: &Path,
     wave: &[Target],
     until: Instant,
@@ -372,6 +380,13 @@ async fn run_wave(
     let mut sent: Vec<Sent> = Vec::new();
     let mut failed: BTreeMap<usize, String> = BTreeMap::new();
     'hosts: for (i, target) in wave.iter().enumerate() {
+        if !approved(approval, target) {
+            failed.insert(
+                i,
+                "not signed: the operator did not approve this host".to_owned(),
+            );
+            continue;
+        }
         for job in &target.jobs {
             match send(client, settings, scratch, *job).await {
                 Ok(job_id) => sent.push(Sent {
@@ -412,6 +427,11 @@ async fn run_wave(
             }
         })
         .collect()
+}
+
+/// Whether every job of `target` is for a host the operator approved.
+fn approved(approval: &Approval, target: &Target) -> bool {
+    approval.admits(target.host_id) && target.jobs.iter().all(|j| approval.admits(j.host_id))
 }
 
 /// Signs one job for `target` and queues it at the hub; gives its id.

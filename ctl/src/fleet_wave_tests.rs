@@ -74,3 +74,25 @@ fn the_jobs_parameters_and_bounds_are_checked_before_the_hub_is_asked() {
         assert!(why.starts_with("--wait"), "{wait}: {why}");
     }
 }
+
+#[test]
+fn a_wave_signs_only_for_hosts_the_operator_approved() {
+    let (mine, theirs) = (Uuid::new_v4(), Uuid::new_v4());
+    let target = |host: Uuid, job_host: Uuid| Target {
+        host_id: host,
+        hostname: "pve-a".to_owned(),
+        labels: std::collections::BTreeMap::new(),
+        jobs: vec![JobTarget {
+            host_id: job_host,
+            guest_id: None,
+            vmid: None,
+        }],
+    };
+    let approval = Approval::new([mine]);
+    assert!(approved(&approval, &target(mine, mine)));
+    assert!(!approved(&approval, &target(theirs, theirs)));
+    assert!(
+        !approved(&approval, &target(mine, theirs)),
+        "a job for another host"
+    );
+}

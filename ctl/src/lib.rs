@@ -19,6 +19,7 @@ pub mod enroll_token;
 pub mod error;
 pub mod explain;
 pub mod fleet;
+pub mod fleet_approve;
 pub mod fleet_plan;
 pub mod fleet_wave;
 pub mod global;

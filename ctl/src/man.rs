@@ -22,7 +22,7 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (
         exit::INPUT,
-        "a local input is unreadable or invalid, a job would be refused (job submit checks it first), or a name or id prefix names more than one host, guest, job or open alert subject (the message lists them, at most 10; the hub resolves host and job prefixes)",
+        "a local input is unreadable or invalid, a job would be refused (job submit checks it first), a fleet rollout is not approved (the hub names more hosts than --max-hosts or the canary, or one --hosts does not list, or nobody confirmed the hosts shown; nothing signed), or a name or id prefix names more than one host, guest, job or open alert subject (the message lists them, at most 10; the hub resolves host and job prefixes)",
     ),
     (
         exit::UNREACHABLE,
@@ -176,10 +176,16 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "bosunctl-fleet-rollout",
-        &[(
-            "bosunctl fleet rollout --kind agent-update --label site=fra-1 --param version=0.3.0 --param sha256=… -f ~/.ssh/id_ed25519",
-            "one canary host, then the rest five at a time, stopping at the first failed health gate",
-        )],
+        &[
+            (
+                "bosunctl fleet rollout --kind agent-update --label ring=canary --param version=0.3.0 --param sha256=… -f ~/.ssh/id_ed25519",
+                "show the one canary host the hub names and sign for it once you type yes; a hub naming more signs nothing",
+            ),
+            (
+                "bosunctl fleet rollout --kind agent-update --label site=fra-1 --max-hosts 20 --param version=0.3.0 --param sha256=… -f ~/.ssh/id_ed25519",
+                "at most 20 hosts (nothing if the hub names more): one canary host, then the rest five at a time, stopping at the first failed health gate",
+            ),
+        ],
     ),
     (
         "bosunctl-pve-check",

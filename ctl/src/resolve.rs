@@ -217,7 +217,8 @@ pub fn as_id(text: &str) -> Option<Uuid> {
 }
 
 fn check_name(kind: &'static str, name: &str) -> Result<(), CtlError> {
-    if name.is_empty() || name.len() > MAX_NAME || name.chars().any(char::is_control) {
+    if name.is_empty() || name.len() > MAX_NAME || name.chars().any(bosun_proto::inert::is_control)
+    {
         return Err(CtlError::BadName {
             kind,
             reason: format!(

@@ -256,7 +256,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
                 "  since {}  {:<width$}  {}",
                 table::when(Some(a.since)),
                 a.kind.as_str(),
-                a.message.replace(char::is_control, " ")
+                a.message.replace(bosun_proto::inert::is_control, " ")
             ));
         }
     }
@@ -291,7 +291,10 @@ pub fn unknown_line(why: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    format!("BOSUN UNKNOWN - {}", why.replace(char::is_control, " "))
+    format!(
+        "BOSUN UNKNOWN - {}",
+        why.replace(bosun_proto::inert::is_control, " ")
+    )
 }
 
 /// Runs `bosunctl status`.

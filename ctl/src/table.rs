@@ -6,7 +6,9 @@
 //! Much of what is printed came from the hub or a host (hostnames, restore-check output, alert
 //! messages, details): data, never instructions to the operator's terminal. Every writer here
 //! passes its text through [`bosun_proto::inert::escape`], which writes each control
-//! character (C0, DEL, C1: an escape sequence, a bell, the C1 CSI) as visible text; a sentence
+//! character (C0, DEL, C1: an escape sequence, a bell, the C1 CSI) and each invisible format
+//! character (Unicode's `Cf`: a right-to-left override that makes a name read backwards, a
+//! zero-width space) as visible text; a sentence
 //! or a cell is one line, so a line feed in it is escaped too. [`block`] is for our own
 //! multi-line text (an armored ciphertext), [`print_json`] keeps JSON valid, and
 //! [`errln!`](crate::errln) does the same for standard error. No command writes to stdout or
@@ -67,8 +69,8 @@ pub fn block(text: &str) -> Result<(), CtlError> {
         .map_err(CtlError::Output)
 }
 
-/// Writes JSON we serialized (pretty, over several lines) to stdout: valid JSON, with DEL and
-/// C1 escaped as `serde_json` does not.
+/// Writes JSON we serialized (pretty, over several lines) to stdout: valid JSON, with DEL, C1
+/// and the format characters escaped as `serde_json` does not.
 pub fn json_block(text: &str) -> Result<(), CtlError> {
     block(&escape_json_text(text))
 }
@@ -81,6 +83,16 @@ pub fn err_line(args: std::fmt::Arguments<'_>) {
     let _ = err
         .write_all(escape(&text).as_bytes())
         .and_then(|()| err.write_all(b"\n"));
+}
+
+/// Writes a question to stderr without ending the line, every control character escaped, and
+/// flushes it so that it shows before the answer is read.
+pub fn err_prompt(args: std::fmt::Arguments<'_>) -> Result<(), CtlError> {
+    let text = std::fmt::format(args);
+    let mut err = std::io::stderr().lock();
+    err.write_all(escape(&text).as_bytes())
+        .and_then(|()| err.flush())
+        .map_err(CtlError::Output)
 }
 
 /// `eprintln!` with every control character escaped (see [`err_line`]).

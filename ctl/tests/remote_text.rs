@@ -1,7 +1,9 @@
 //! What a host reports is data, never instructions to the operator's terminal. A compromised
 //! host posts a report full of escape sequences (a window title, a screen clear, the C1 CSI,
-//! a bell) to a real hub: the hub refuses them in names (422, nothing stored) and keeps
-//! free-form words with each control character written as visible text. Then the hub's own
+//! a bell) and invisible format characters (a right-to-left override that makes a name read
+//! backwards, an isolate, a zero-width space, a tag character) to a real hub: the hub refuses
+//! them in names (422, nothing stored) and keeps free-form words with each one written as
+//! visible text. Then the hub's own
 //! store is made to hold the raw bytes (a hub that lies, or text an older hub stored), and the
 //! real `bosunctl` prints every view of it with no control character but its own line feeds.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
@@ -17,12 +19,17 @@ use crate::common;
 use common::hub::{Fixture, start_hub};
 use common::text;
 
-/// A window title, a bell, a screen clear and the C1 CSI.
-const HOSTILE: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31mALL GOOD";
+/// A window title, a bell, a screen clear and the C1 CSI; then a right-to-left override, a
+/// left-to-right isolate, a zero-width space and a tag character, so that the name's end reads
+/// `bad` where it says `dab`.
+const HOSTILE: &str =
+    "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31mALL GOOD\u{202e}dab\u{2066}\u{200b}\u{e0041}";
+
+/// How [`HOSTILE`]'s format characters print.
+const FORMAT_SHOWN: &str = "ALL GOOD\\u{202e}dab\\u{2066}\\u{200b}\\u{e0041}";
 
 /// The same in SQL, for the store.
-const HOSTILE_SQL: &str =
-    "char(27) || ']0;pwned' || char(7) || char(27) || '[2J' || char(155) || '31mALL GOOD'";
+const HOSTILE_SQL: &str = "char(27) || ']0;pwned' || char(7) || char(27) || '[2J' || char(155) || '31mALL GOOD' || char(8238) || 'dab' || char(8294, 8203, 917569)";
 
 fn poll_body(report: impl FnOnce(&mut Value)) -> Value {
     let mut body: Value =
@@ -45,10 +52,15 @@ async fn poll(hub: &Fixture, host: Uuid, key: &str, body: &Value) -> (StatusCode
     (status, resp.json().await.unwrap())
 }
 
-/// The control characters in `text` other than a line feed.
+/// The control characters in `text` other than a line feed, and the invisible format
+/// characters (Unicode's `Cf`) this suite sends.
 fn controls(text: &str) -> Vec<char> {
     text.chars()
-        .filter(|c| c.is_control() && *c != '\n')
+        .filter(|&c| {
+            (c.is_control() && c != '\n')
+                || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+                    | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{e0000}'..='\u{e007f}')
+        })
         .collect()
 }
 
@@ -101,6 +113,19 @@ async fn a_hostile_report_reaches_the_operators_terminal_inert() {
         answer.to_string().contains("guests[0].hostname"),
         "{answer}"
     );
+    // A name with only a right-to-left override in it: refused the same way.
+    let (status, answer) = poll(
+        &hub,
+        host,
+        &key,
+        &poll_body(|r| r["guests"][0]["hostname"] = json!("web-\u{202e}nimda")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer.to_string().contains("guests[0].hostname"),
+        "{answer}"
+    );
     let shown = hub.run(&["hosts", "show", "pve-text", "--json"]).await;
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown["last_report"], Value::Null, "{shown}");
@@ -130,7 +155,7 @@ async fn a_hostile_report_reaches_the_operators_terminal_inert() {
     let stored = all_strings(&shown["last_report"]);
     assert!(controls(&stored).is_empty(), "{stored:?}");
     assert!(
-        stored.contains("\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m"),
+        stored.contains("\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m") && stored.contains(FORMAT_SHOWN),
         "{stored}"
     );
 
@@ -181,8 +206,15 @@ async fn a_hostile_report_reaches_the_operators_terminal_inert() {
     let status = hub.run(&["status"]).await;
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(
-        said.contains("pve-\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31mALL GOOD"),
+        said.contains("pve-\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31mALL GOOD")
+            && said.contains(FORMAT_SHOWN),
         "{said}"
+    );
+    let show = hub.run(&["hosts", "show", &host_arg]).await;
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        shown.contains("pve-\\x1b]0;pwned") && shown.contains(FORMAT_SHOWN),
+        "{shown}"
     );
     let check = hub.run(&["status", "--check"]).await;
     assert!(

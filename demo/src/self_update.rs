@@ -155,8 +155,14 @@ struct Rollout {
 
 impl Rollout {
     /// Starts the rollout of this build's agent to the hosts labeled [`RING`], one job each,
-    /// signed with the operator's `key`.
-    fn start((bins, out): (&Path, &Path), sha256: &str, key: &Path) -> Result<Self, DemoError> {
+    /// signed with the operator's `key`, for `host` only: the operator names its canary
+    /// (decision 0093), there is no terminal to confirm it on.
+    fn start(
+        (bins, out): (&Path, &Path),
+        sha256: &str,
+        key: &Path,
+        host: &str,
+    ) -> Result<Self, DemoError> {
         let program = program(bins, "bosunctl")?;
         let config = out.join("operator/ctl.json");
         let log = out.join("logs/fleet-rollout.log");
@@ -165,7 +171,14 @@ impl Rollout {
             .arg("--config")
             .arg(&config)
             .args(["--json", "fleet", "rollout", "--kind", "agent-update"])
-            .args(["--label", RING, "--param", "version=0.1.0+demo"])
+            .args([
+                "--label",
+                RING,
+                "--hosts",
+                host,
+                "--param",
+                "version=0.1.0+demo",
+            ])
             .arg("--param")
             .arg(format!("sha256={sha256}"))
             .args(["--param", "override_window=true", "--valid-hours", "1"])
@@ -357,9 +370,9 @@ pub async fn self_update(
         format!("`hosts label` answered {labeled}")
     })?;
     let key = out.join("operator/id_ed25519");
-    let mut rollout = Rollout::start((bins, out), &sha256, &key)?;
+    let mut rollout = Rollout::start((bins, out), &sha256, &key, &host)?;
     n.detail(format!(
-        "$ bosunctl hosts label {host} {RING}; bosunctl fleet rollout --kind agent-update --label {RING} --param version=0.1.0+demo --param sha256=… --param override_window=true -f operator key"
+        "$ bosunctl hosts label {host} {RING}; bosunctl fleet rollout --kind agent-update --label {RING} --hosts {host} --param version=0.1.0+demo --param sha256=… --param override_window=true -f operator key"
     ));
     let signed = staged_job(children, (bins, out), &host, &forged_id, &mut rollout).await?;
     check(signed["outcome"] == json!("succeeded"), || {

@@ -240,7 +240,13 @@ impl ControllerLoop {
 fn hook_detail(e: &HookError) -> String {
     bosun_errchain::error_chain(e)
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if bosun_proto::inert::is_control(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(200)
         .collect()
 }

@@ -1,6 +1,7 @@
 //! What a host reports reaches the dashboard inert: a compromised host's report full of escape
-//! sequences (a window title, a screen clear, the C1 CSI, a bell) is refused where they stand
-//! in a name and kept as visible text where they stand in free-form words; and text the store
+//! sequences (a window title, a screen clear, the C1 CSI, a bell) and invisible format
+//! characters (a right-to-left override, an isolate, a zero-width space) is refused where they
+//! stand in a name and kept as visible text where they stand in free-form words; and text the store
 //! holds raw (a hub that lies, or what an older hub stored) leaves every page with each control
 //! character written out, HTML escaped as ever.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
@@ -19,8 +20,10 @@ use uuid::Uuid;
 
 use common::{TestHub, full, poll_with, report, send, test_store};
 
-/// A window title, a bell, a screen clear, the C1 CSI, a DEL, and markup.
-const HOSTILE: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\u{7f}<b>ALL GOOD</b>";
+/// A window title, a bell, a screen clear, the C1 CSI, a DEL, and markup; then a right-to-left
+/// override, a left-to-right isolate and a zero-width space.
+const HOSTILE: &str =
+    "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\u{7f}<b>ALL GOOD</b>\u{202e}dab\u{2066}\u{200b}";
 
 /// The report a compromised host sends: `text` in names and words alike.
 fn hostile_report(now: jiff::Timestamp, names: &str, words: &str) -> StateReport {
@@ -98,10 +101,15 @@ async fn login(hub: &TestHub, client: &reqwest::Client) -> String {
     cookie.split(';').next().unwrap().to_owned()
 }
 
-/// The control characters of `text` other than a line feed.
+/// The control characters of `text` other than a line feed, and the invisible format
+/// characters (Unicode's `Cf`) this test sends.
 fn controls(text: &str) -> Vec<char> {
     text.chars()
-        .filter(|c| c.is_control() && *c != '\n')
+        .filter(|&c| {
+            (c.is_control() && c != '\n')
+                || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+                    | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{e0000}'..='\u{e007f}')
+        })
         .collect()
 }
 
@@ -136,6 +144,19 @@ async fn a_report_full_of_escape_sequences_renders_inert() {
         .await
         .unwrap();
     assert_eq!(detail["last_report"], Value::Null, "{detail}");
+    // A name whose only trick is a right-to-left override: refused the same way.
+    let (status, answer) = poll_with(
+        &hub,
+        host,
+        &key,
+        &full(&hostile_report(now, "web-\u{202e}nimda", "fine")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer.to_string().contains("guests[0].hostname"),
+        "{answer}"
+    );
 
     // In free-form words: kept, every control character as visible text.
     let words = hostile_report(now, "acme-app", HOSTILE);
@@ -156,7 +177,7 @@ async fn a_report_full_of_escape_sequences_renders_inert() {
         .unwrap();
     assert_eq!(
         error,
-        "\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m\\x7f<b>ALL GOOD</b>"
+        "\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m\\x7f<b>ALL GOOD</b>\\u{202e}dab\\u{2066}\\u{200b}"
     );
 
     // The store holds the raw bytes: a hub that lies, or what an older hub stored.
@@ -214,7 +235,8 @@ async fn a_report_full_of_escape_sequences_renders_inert() {
         assert!(found.is_empty(), "{path} carries {found:?}");
         assert!(!body.contains("<b>"), "{path} has markup from the host");
         assert!(
-            body.contains("pve-\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m\\x7f&lt;b&gt;ALL GOOD"),
+            body.contains("pve-\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m\\x7f&lt;b&gt;ALL GOOD")
+                && body.contains("\\u{202e}dab\\u{2066}\\u{200b}"),
             "{path} does not show the host's name as inert text: {body}"
         );
     }

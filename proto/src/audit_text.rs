@@ -74,7 +74,7 @@ fn scalar(value: &Value) -> String {
 fn truncate(text: &str, width: usize) -> String {
     let clean: String = text
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| if crate::inert::is_control(c) { ' ' } else { c })
         .collect();
     if clean.chars().count() <= width {
         return clean;

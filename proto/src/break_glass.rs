@@ -54,7 +54,7 @@ impl SshPublicKey {
         if text.len() > MAX_PUBLIC_KEY_BYTES {
             return Err(bad("longer than 4096 bytes"));
         }
-        if text.chars().any(char::is_control) {
+        if text.chars().any(crate::inert::is_control) {
             return Err(bad("contains a newline or another control character"));
         }
         let trimmed = text.trim();
@@ -184,7 +184,8 @@ impl BreakGlassParams {
             .map(str::trim)
             .filter(|r| !r.is_empty())
             .ok_or_else(|| invalid("reason", "needs a non-empty string".into()))?;
-        if reason.chars().count() > MAX_REASON_CHARS || reason.chars().any(char::is_control) {
+        if reason.chars().count() > MAX_REASON_CHARS || reason.chars().any(crate::inert::is_control)
+        {
             return Err(invalid(
                 "reason",
                 format!("at most {MAX_REASON_CHARS} characters, no control characters"),

@@ -201,7 +201,7 @@ pub(crate) fn detail(field: impl Fn() -> String, value: &str) -> Result<(), Vali
             max: MAX_DETAIL_LEN,
         });
     }
-    if value.chars().any(char::is_control) {
+    if value.chars().any(crate::inert::is_control) {
         return Err(ValidationError::Invalid {
             field: field(),
             reason: "contains control characters".into(),

@@ -243,7 +243,7 @@ pub fn restore_check_lines(output: &str) -> Vec<String> {
             line.trim_end()
                 .chars()
                 .take(RESTORE_CHECK_MAX_LINE_CHARS)
-                .map(|c| if c.is_control() { ' ' } else { c })
+                .map(|c| if crate::inert::is_control(c) { ' ' } else { c })
                 .collect()
         })
         .collect();

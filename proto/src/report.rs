@@ -442,7 +442,7 @@ impl TargetReport {
         }
         let line: String = detail
             .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
+            .map(|c| if crate::inert::is_control(c) { ' ' } else { c })
             .collect();
         if line.chars().count() <= MAX_LEGACY_DETAIL_CHARS {
             return Some(line);

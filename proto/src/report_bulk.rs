@@ -37,7 +37,7 @@ pub(crate) fn validate_volumes(volumes: &[BulkVolumeReport]) -> Result<(), Valid
             validate::text(|| at("signed_target"), target, MAX_TARGET_BYTES)?;
         }
         if let BulkBackup::None { acknowledged_by } = &v.backup
-            && acknowledged_by.chars().any(char::is_control)
+            && acknowledged_by.chars().any(crate::inert::is_control)
         {
             return Err(ValidationError::Invalid {
                 field: at("backup.acknowledged_by"),
@@ -115,7 +115,7 @@ fn check_error(error: &str, field: &dyn Fn() -> String) -> Result<(), Validation
             max: MAX_DETAIL_CHARS,
         });
     }
-    if error.chars().any(char::is_control) {
+    if error.chars().any(crate::inert::is_control) {
         return Err(ValidationError::Invalid {
             field: field(),
             reason: "contains control characters".into(),

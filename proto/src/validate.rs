@@ -100,7 +100,7 @@ pub(crate) fn text(
             max,
         });
     }
-    if value.chars().any(char::is_control) {
+    if value.chars().any(crate::inert::is_control) {
         return Err(ValidationError::Invalid {
             field: field(),
             reason: "contains control characters".to_owned(),

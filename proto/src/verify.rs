@@ -155,7 +155,7 @@ fn check_detail(i: usize, detail: &str) -> Result<(), ValidationError> {
             max: MAX_DETAIL_CHARS,
         });
     }
-    if detail.chars().any(char::is_control) {
+    if detail.chars().any(crate::inert::is_control) {
         return Err(ValidationError::Invalid {
             field: field(),
             reason: "contains control characters".to_owned(),

@@ -220,6 +220,9 @@ async fn a_fleet_rollout_reads_the_health_gates_verdict_and_stops_on_a_rollback(
             "agent-update",
             "--label",
             "ring=canary",
+            // The operator names its canary (decision 0093): no terminal here to confirm on.
+            "--hosts",
+            &host,
         ])
         .args([
             "--param",

@@ -7,6 +7,13 @@
 //! the new image, so its job fails (rolled back to the rollout's snapshot): the rollout stops
 //! there, exits 14, and its report says the canary is done, the second host failed and the
 //! third was not reached. The third host never gets a job.
+//!
+//! Then the hub lies about the selector (decision 0093): the operator put one host in
+//! `ring=canary`, the hub says every host is there. Without a bound and without a terminal to
+//! confirm on, with `--max-hosts 1`, with `--max-hosts 2` and with `--hosts` naming the canary,
+//! `bosunctl` signs nothing and exits 4; the hub holds no job of the rollout's kind. Once the
+//! hub answers the truth, `--hosts` signs for the canary alone and reports a listed host the
+//! hub did not name.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
@@ -174,48 +181,103 @@ fn bosunctl() -> PathBuf {
     built
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_hosts_it_skipped() {
-    let hub = RealHub::start().await;
-    let operator = OperatorKey::new("op@example");
-    let mut hosts: Vec<Host> = Vec::new();
-    for _ in 0..3 {
-        let known: Vec<Uuid> = hosts.iter().map(|h| h.id).collect();
-        hosts.push(enroll(&hub, &operator, &known).await);
-    }
-    // The rollout reaches hosts by hostname, then id; these share the machine's hostname.
-    hosts.sort_by_key(|h| h.id);
-    for host in &hosts {
-        ctl(&hub, &["hosts", "label", &host.id.to_string(), "tier=web"]).await;
-    }
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut controllers = Vec::new();
-    for (n, host) in hosts.iter().enumerate() {
-        let boot = provision(&hub, host).await;
-        // The second host's controller refuses every image: its health gate fails.
-        let script = if n == 1 {
-            "echo 'image failed its start-up check' >&2; exit 1"
-        } else {
-            "exit 0"
-        };
-        controllers.push(Controller::start(&boot, dirs[n].path(), script));
-    }
-    // A snapshot taken in the second the token was minted would hold a stale bootstrap.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+/// A hub, the operator's key and three hosts each running one guest whose controller runs
+/// `scripts[n]` on activation, by host id.
+struct Fleet {
+    hub: RealHub,
+    operator: OperatorKey,
+    hosts: Vec<Host>,
+    controllers: Vec<Controller>,
+    _dirs: Vec<tempfile::TempDir>,
+}
 
-    let param = format!("digest={}", digest());
-    let key = operator.key.display().to_string();
-    let base = |args: &[&str]| {
+impl Fleet {
+    async fn start(scripts: [&str; 3]) -> Self {
+        let hub = RealHub::start().await;
+        let operator = OperatorKey::new("op@example");
+        let mut hosts: Vec<Host> = Vec::new();
+        for _ in 0..3 {
+            let known: Vec<Uuid> = hosts.iter().map(|h| h.id).collect();
+            hosts.push(enroll(&hub, &operator, &known).await);
+        }
+        // The rollout reaches hosts by hostname, then id; these share the machine's hostname.
+        hosts.sort_by_key(|h| h.id);
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut controllers = Vec::new();
+        for (n, host) in hosts.iter().enumerate() {
+            let boot = provision(&hub, host).await;
+            controllers.push(Controller::start(&boot, dirs[n].path(), scripts[n]));
+        }
+        // A snapshot taken in the second the token was minted would hold a stale bootstrap.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        Self {
+            hub,
+            operator,
+            hosts,
+            controllers,
+            _dirs: dirs,
+        }
+    }
+
+    /// `bosunctl fleet rollout --kind controller-update` against the hub, JSON out, stdin
+    /// not a terminal, with `args`.
+    fn rollout(&self, args: &[&str]) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(bosunctl());
         command
-            .args(["--hub-url", &hub.url, "--fingerprint", &hub.fingerprint])
-            .args(["--admin-token", &hub.admin, "--output", "json"])
+            .args([
+                "--hub-url",
+                &self.hub.url,
+                "--fingerprint",
+                &self.hub.fingerprint,
+            ])
+            .args(["--admin-token", &self.hub.admin, "--output", "json"])
             .args(["fleet", "rollout", "--kind", "controller-update"])
             .args(args)
             .env_remove("BOSUN_CTL_CONFIG")
+            .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
         command
-    };
+    }
+
+    /// The `controller-update` jobs the hub holds, all hosts together.
+    async fn signed(&self) -> usize {
+        let mut n = 0;
+        for host in &self.hosts {
+            n += controller_jobs(&self.hub, host.id).await.len();
+        }
+        n
+    }
+
+    async fn stop(self) {
+        for controller in self.controllers {
+            controller.stop().await;
+        }
+        for host in self.hosts {
+            let Host { sim, agent, .. } = host;
+            drop(agent);
+            sim.shutdown().await;
+        }
+        self.hub.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_hosts_it_skipped() {
+    // The second host's controller refuses every image: its health gate fails.
+    let fleet = Fleet::start([
+        "exit 0",
+        "echo 'image failed its start-up check' >&2; exit 1",
+        "exit 0",
+    ])
+    .await;
+    let (hub, operator, hosts) = (&fleet.hub, &fleet.operator, &fleet.hosts);
+    for host in hosts {
+        ctl(hub, &["hosts", "label", &host.id.to_string(), "tier=web"]).await;
+    }
+
+    let param = format!("digest={}", digest());
+    let key = operator.key.display().to_string();
+    let base = |args: &[&str]| fleet.rollout(args);
     // A selector that matches nothing, or none at all, is refused before anything is signed.
     for args in [
         &["--label", "tier=db", "--param", &param, "-f", &key][..],
@@ -225,7 +287,15 @@ async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_
         assert_eq!(out.status.code(), Some(4), "{out:?}");
     }
     // A dry run shows the waves and signs nothing.
-    let mut dry = base(&["--label", "tier=web", "--param", &param, "--dry-run"]);
+    let mut dry = base(&[
+        "--label",
+        "tier=web",
+        "--param",
+        &param,
+        "--dry-run",
+        "--max-hosts",
+        "3",
+    ]);
     dry.args(["--output", "text", "--canary", "1", "--batch", "1"]);
     let out = dry.output().await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -236,15 +306,27 @@ async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_
             && text.contains("planned"),
         "{text}"
     );
-    for host in &hosts {
-        assert!(controller_jobs(&hub, host.id).await.is_empty());
+    for host in hosts {
+        assert!(controller_jobs(hub, host.id).await.is_empty());
     }
 
     let out = tokio::time::timeout(
         Duration::from_secs(240),
         base(&[
-            "--label", "tier=web", "--param", &param, "-f", &key, "--canary", "1", "--batch", "1",
-            "--wait", "90s",
+            "--label",
+            "tier=web",
+            "--param",
+            &param,
+            "-f",
+            &key,
+            "--canary",
+            "1",
+            "--batch",
+            "1",
+            "--wait",
+            "90s",
+            "--max-hosts",
+            "3",
         ])
         .output(),
     )
@@ -291,22 +373,126 @@ async fn a_rollout_by_label_stops_at_the_first_failed_health_gate_and_names_the_
             .collect()
     };
     assert_eq!(
-        states(controller_jobs(&hub, hosts[0].id).await),
+        states(controller_jobs(hub, hosts[0].id).await),
         ["succeeded"]
     );
-    assert_eq!(states(controller_jobs(&hub, hosts[1].id).await), ["failed"]);
-    assert!(controller_jobs(&hub, hosts[2].id).await.is_empty());
+    assert_eq!(states(controller_jobs(hub, hosts[1].id).await), ["failed"]);
+    assert!(controller_jobs(hub, hosts[2].id).await.is_empty());
     // Each job was signed for its own host and guest.
-    let canary_job = &controller_jobs(&hub, hosts[0].id).await[0];
+    let canary_job = &controller_jobs(hub, hosts[0].id).await[0];
     assert_eq!(canary["jobs"][0], canary_job["job_id"]);
 
-    for controller in controllers {
-        controller.stop().await;
-    }
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_that_puts_every_host_in_the_canary_ring_gets_nothing_signed() {
+    let fleet = Fleet::start(["exit 0"; 3]).await;
+    let (hub, hosts) = (&fleet.hub, &fleet.hosts);
+    // The operator's canary is the first host; the hub (its store changed by whoever holds it:
+    // here its admin API) says all three carry the label.
     for host in hosts {
-        let Host { sim, agent, .. } = host;
-        drop(agent);
-        sim.shutdown().await;
+        ctl(
+            hub,
+            &["hosts", "label", &host.id.to_string(), "ring=canary"],
+        )
+        .await;
     }
-    hub.stop().await;
+    let param = format!("digest={}", digest());
+    let key = fleet.operator.key.display().to_string();
+    let canary = hosts[0].id.to_string();
+    let (_, listed) = hub
+        .admin(Method::GET, "/v1/admin/hosts?label=ring%3Dcanary", None)
+        .await;
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        3,
+        "the hub claims the fleet"
+    );
+
+    let common = [
+        "--label",
+        "ring=canary",
+        "--param",
+        &param,
+        "-f",
+        &key,
+        "--wait",
+        "60s",
+    ];
+    let attempts: [(&str, &[&str]); 5] = [
+        ("no bound, no terminal", &[]),
+        ("--max-hosts 1", &["--max-hosts", "1"]),
+        ("--max-hosts 2", &["--max-hosts", "2"]),
+        ("--hosts <canary>", &["--hosts", &canary]),
+        ("--dry-run", &["--dry-run"]),
+    ];
+    for (what, extra) in attempts {
+        let out = tokio::time::timeout(
+            Duration::from_secs(120),
+            fleet.rollout(&common).args(extra).output(),
+        )
+        .await
+        .expect("the rollout ends")
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!("{what}: exit {:?}\n{stderr}", out.status.code());
+        let signed = fleet.signed().await;
+        println!("hosts signed for under a hub that claims the whole fleet, {what}: {signed}");
+        assert_eq!(out.status.code(), Some(4), "{what}: {stderr}");
+        assert!(
+            stderr.contains("nothing signed") && stderr.contains("3 hosts"),
+            "{what}: {stderr}"
+        );
+        // What the hub claimed is shown: each host with the labels it claims.
+        assert!(
+            hosts.iter().all(|h| stderr.contains(&h.id.to_string())),
+            "{what}: {stderr}"
+        );
+        assert!(stderr.contains("ring=canary"), "{what}: {stderr}");
+        assert_eq!(signed, 0, "{what}: a job reached the hub");
+    }
+
+    // The hub answers the truth: only the canary carries the label. `--hosts` names the canary
+    // and another host; the canary alone is signed for, the other is reported.
+    for host in &hosts[1..] {
+        ctl(
+            hub,
+            &["hosts", "label", &host.id.to_string(), "--remove", "ring"],
+        )
+        .await;
+    }
+    let listed = format!("{canary},{}", hosts[2].id);
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        fleet.rollout(&common).args(["--hosts", &listed]).output(),
+    )
+    .await
+    .expect("the rollout ends")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lines = report["hosts"].as_array().unwrap();
+    let line = |id: Uuid| {
+        lines
+            .iter()
+            .find(|l| l["host_id"] == id.to_string().as_str())
+            .unwrap_or_else(|| panic!("{id} in {report}"))
+    };
+    assert_eq!(line(hosts[0].id)["outcome"], "done", "{report}");
+    let other = line(hosts[2].id);
+    assert_eq!(other["outcome"], "skipped", "{report}");
+    assert!(
+        other["reason"]
+            .as_str()
+            .unwrap()
+            .contains("does not name it"),
+        "{report}"
+    );
+    assert_eq!(controller_jobs(hub, hosts[0].id).await.len(), 1);
+    assert_eq!(fleet.signed().await, 1, "the canary alone");
+    println!("with the hub honest, --hosts <canary>,<other>: 1 host signed for\n{stderr}");
+
+    fleet.stop().await;
 }

@@ -104,7 +104,13 @@ fn smartctl_messages(report: &serde_json::Value) -> String {
 /// `text` without control characters, at most [`MAX_DETAIL_LEN`] bytes.
 pub fn clean(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_DETAIL_LEN));
-    for c in text.chars().map(|c| if c.is_control() { ' ' } else { c }) {
+    for c in text.chars().map(|c| {
+        if bosun_proto::inert::is_control(c) {
+            ' '
+        } else {
+            c
+        }
+    }) {
         if out.len() + c.len_utf8() > MAX_DETAIL_LEN {
             break;
         }

@@ -96,7 +96,7 @@ impl IngressConfig {
         if !self.credentials_file.is_absolute()
             || path
                 .chars()
-                .any(|c| c.is_control() || c == '"' || c == '\\')
+                .any(|c| bosun_proto::inert::is_control(c) || c == '"' || c == '\\')
         {
             return Err(IngressError::CredentialsPath {
                 path: self.credentials_file.clone(),

@@ -104,7 +104,13 @@ fn backup(host: &HostDetail, report: &StateReport, v: &BulkVolumeReport) -> Stri
 /// The agent's text with every control character blanked, at most [`MAX_WORDS`] characters.
 fn plain(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if bosun_proto::inert::is_control(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(MAX_WORDS)
         .collect()
 }

@@ -46,7 +46,9 @@ pub fn check_line(hosts: &[HostDetail]) -> (u8, String) {
                     PLUGIN_UNKNOWN,
                     format!(
                         "BOSUN UNKNOWN - the hub serves no health roll-up for {} (upgrade the hub)",
-                        host.summary.hostname.replace(char::is_control, " ")
+                        host.summary
+                            .hostname
+                            .replace(bosun_proto::inert::is_control, " ")
                     ),
                 );
             }

@@ -66,7 +66,13 @@ fn summary(v: &VerifyReport, now: Timestamp) -> String {
         let detail: String = v
             .detail
             .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
+            .map(|c| {
+                if bosun_proto::inert::is_control(c) {
+                    ' '
+                } else {
+                    c
+                }
+            })
             .take(200)
             .collect();
         if !detail.trim().is_empty() {

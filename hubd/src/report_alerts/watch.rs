@@ -354,7 +354,13 @@ pub(super) fn guest_name(report: &StateReport, guest_id: Uuid) -> String {
 pub(super) fn bounded(text: &str, max: usize) -> String {
     text.chars()
         .take(max)
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .map(|c| {
+            if bosun_proto::inert::is_control(c) {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

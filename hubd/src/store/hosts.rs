@@ -130,7 +130,8 @@ fn golden_summary(
     built_at: Option<String>,
 ) -> Option<bosun_proto::golden_report::GoldenSummary> {
     let (version, sha256) = (version?, sha256?);
-    let fits = |s: &str, max: usize| s.len() <= max && !s.chars().any(char::is_control);
+    let fits =
+        |s: &str, max: usize| s.len() <= max && !s.chars().any(bosun_proto::inert::is_control);
     (fits(&version, 64) && fits(&sha256, 64)).then(|| bosun_proto::golden_report::GoldenSummary {
         version,
         sha256,

@@ -266,7 +266,13 @@ fn job_refused(
     let detail: String = result
         .detail
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if bosun_proto::inert::is_control(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(MAX_REFUSAL_TEXT)
         .collect();
     let alert = crate::deadman::PlannedAlert {

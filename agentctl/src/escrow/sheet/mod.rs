@@ -332,7 +332,7 @@ fn validate(content: &SheetContent<'_>) -> Result<(), SheetError> {
     let hostname_chars = content.hostname.chars().count();
     if hostname_chars == 0
         || hostname_chars > MAX_HOSTNAME_CHARS
-        || content.hostname.chars().any(char::is_control)
+        || content.hostname.chars().any(bosun_proto::inert::is_control)
     {
         return Err(SheetError::Hostname);
     }
@@ -366,7 +366,7 @@ pub fn is_party(text: &str) -> bool {
     let chars = text.chars().count();
     (1..=MAX_PARTY_CHARS).contains(&chars)
         && !text.trim().is_empty()
-        && !text.chars().any(char::is_control)
+        && !text.chars().any(bosun_proto::inert::is_control)
 }
 
 fn is_fingerprint(text: &str) -> bool {

@@ -363,7 +363,13 @@ pub fn max_bytes(size_gib: u32) -> u64 {
 /// Text kept printable and short.
 fn bounded(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if bosun_proto::inert::is_control(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(MAX_ERROR)
         .collect()
 }

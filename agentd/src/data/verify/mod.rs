@@ -337,7 +337,13 @@ fn is_due(previous: Option<&LastVerification>, now: Timestamp, interval: Duratio
 /// PBS's text kept printable and short.
 fn bounded(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if bosun_proto::inert::is_control(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(MAX_DETAIL)
         .collect()
 }

@@ -151,7 +151,8 @@ pub(super) async fn report_health(
         });
     }
     if let Some(detail) = &body.detail
-        && (detail.chars().count() > MAX_DETAIL_CHARS || detail.chars().any(char::is_control))
+        && (detail.chars().count() > MAX_DETAIL_CHARS
+            || detail.chars().any(bosun_proto::inert::is_control))
     {
         return Err(ApiError::BadRequest {
             reason: format!("detail must be at most {MAX_DETAIL_CHARS} printable characters"),
@@ -264,7 +265,7 @@ pub(super) async fn grant_consent(
     }
     if let Some(reason) = &body.reason
         && (reason.chars().count() > MAX_CONSENT_REASON_CHARS
-            || reason.chars().any(char::is_control))
+            || reason.chars().any(bosun_proto::inert::is_control))
     {
         return Err(ApiError::BadRequest {
             reason: format!(

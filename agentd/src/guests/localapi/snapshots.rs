@@ -131,7 +131,8 @@ pub(super) async fn take_snapshot(
     )
     .await?;
     let description = body.description.unwrap_or_default();
-    if description.chars().count() > 200 || description.chars().any(char::is_control) {
+    if description.chars().count() > 200 || description.chars().any(bosun_proto::inert::is_control)
+    {
         return Err(ApiError::BadRequest {
             reason: "description must be at most 200 printable characters".to_owned(),
         });

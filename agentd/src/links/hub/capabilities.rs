@@ -184,7 +184,10 @@ fn arch(machine: Option<String>) -> String {
 /// `text` without control characters, trimmed and cut to `max` bytes; none when nothing is
 /// left.
 fn clean(text: &str, max: usize) -> Option<String> {
-    let visible: String = text.chars().filter(|c| !c.is_control()).collect();
+    let visible: String = text
+        .chars()
+        .filter(|c| !bosun_proto::inert::is_control(*c))
+        .collect();
     let mut cut = visible.trim();
     while cut.len() > max {
         let mut end = max;

@@ -171,7 +171,13 @@ impl Store {
     ) -> Result<(), JournalError> {
         let error: String = error
             .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
+            .map(|c| {
+                if bosun_proto::inert::is_control(c) {
+                    ' '
+                } else {
+                    c
+                }
+            })
             .take(MAX_ERROR_CHARS)
             .collect();
         let now = self.now();
