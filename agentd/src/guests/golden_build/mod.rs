@@ -309,7 +309,7 @@ impl GoldenBuilder {
     /// Builds the signed recipe unless the journal already holds a build of its version
     /// and controller digest, younger than the recipe's `refresh_days` when it names them;
     /// gives the new build, or `None` when there was nothing to do. A recipe older than the
-    /// one this host holds is refused before anything is built ([`Self::hold_serial`]); a
+    /// one this host holds is refused before anything is built (decision 0092); a
     /// newer one naming a version and digest already built takes that build as its own.
     pub async fn ensure(
         &self,
