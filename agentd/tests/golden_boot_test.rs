@@ -29,6 +29,7 @@ fn build_of(h: &Harness) -> GoldenBuild {
         version: "2026.11-1".into(),
         controller_digest: format!("sha256:{}", "1".repeat(64)),
         built_at: jiff::Timestamp::now(),
+        recipe_serial: 0,
     }
 }
 

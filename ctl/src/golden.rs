@@ -7,6 +7,13 @@
 //! every choice the key signed. `--host` binds the choice to one host and `--expires-in` /
 //! `--expires-at` end it; hosts check both before every guest they provision from it.
 //!
+//! Every document carries a serial that only rises (decision 0092): a host that used a
+//! document refuses every one with a lower serial, so a hub cannot bring back a base (or a
+//! recipe) the operator has since replaced. `--serial` sets it; without it the serial is the
+//! signing time in Unix seconds, so successive signings rise without anyone counting. To
+//! roll back, sign the older archive again: it gets a new, higher serial. To keep several
+//! bases in use side by side, sign them with the same `--serial`.
+//!
 //! `bosunctl golden sign-recipe` signs a `bosun.golden-recipe/v1` document (golden version,
 //! controller image and digest) the same way; the output is the desired state's
 //! `golden_recipe` entry. Each host then builds that version through its helper and
@@ -15,7 +22,9 @@
 use std::path::PathBuf;
 
 use bosun_proto::desired::GoldenArchive;
-use bosun_proto::golden::{GOLDEN_NAMESPACE, GoldenDocument, SignedGolden, is_sha256};
+use bosun_proto::golden::{
+    GOLDEN_NAMESPACE, GoldenDocument, MAX_GOLDEN_SERIAL, SignedGolden, is_sha256,
+};
 use bosun_proto::golden_recipe::GoldenRecipeDocument;
 use bosun_proto::signed::SignedDocument;
 use clap::Subcommand;
@@ -54,6 +63,10 @@ pub struct SignRecipeArgs {
     /// built once.
     #[arg(long, value_name = "DAYS")]
     pub refresh_days: Option<u16>,
+    /// The document's serial, which hosts only let rise (a lower one than a host already
+    /// holds is refused there). Default: the signing time in Unix seconds.
+    #[arg(long, value_name = "N")]
+    pub serial: Option<u64>,
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
@@ -86,6 +99,10 @@ pub struct SignArgs {
     /// When the choice ends (RFC 3339, e.g. `2027-01-01T00:00:00Z`).
     #[arg(long, value_name = "TIME")]
     pub expires_at: Option<Timestamp>,
+    /// The document's serial, which hosts only let rise (a lower one than a host already
+    /// holds is refused there). Default: the signing time in Unix seconds.
+    #[arg(long, value_name = "N")]
+    pub serial: Option<u64>,
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
@@ -108,8 +125,20 @@ pub async fn run(command: &GoldenCommand, global: &GlobalArgs) -> Result<(), Ctl
             };
             sign(args, host, Timestamp::now())
         }
-        GoldenCommand::SignRecipe(args) => sign_recipe(args),
+        GoldenCommand::SignRecipe(args) => sign_recipe(args, Timestamp::now()),
     }
+}
+
+/// The serial to sign: `--serial`, or the signing time `now` in Unix seconds.
+fn serial(given: Option<u64>, now: Timestamp) -> Result<u64, CtlError> {
+    let serial = given.unwrap_or_else(|| u64::try_from(now.as_second()).unwrap_or(0));
+    if serial > MAX_GOLDEN_SERIAL {
+        return Err(CtlError::BadArgument {
+            what: "--serial",
+            reason: format!("expected at most {MAX_GOLDEN_SERIAL}"),
+        });
+    }
+    Ok(serial)
 }
 
 /// When a choice signed at `now` ends, from `--expires-in` or `--expires-at`.
@@ -133,12 +162,13 @@ fn expiry(args: &SignArgs, now: Timestamp) -> Result<Option<Timestamp>, CtlError
     }
 }
 
-fn sign_recipe(args: &SignRecipeArgs) -> Result<(), CtlError> {
+fn sign_recipe(args: &SignRecipeArgs, now: Timestamp) -> Result<(), CtlError> {
     let mut document = GoldenRecipeDocument::new(
         &args.version,
         &args.controller_image,
         &args.controller_digest,
-    );
+    )
+    .with_serial(serial(args.serial, now)?);
     document.refresh_days = args.refresh_days;
     document.validate().map_err(|e| CtlError::BadArgument {
         what: "golden recipe",
@@ -175,7 +205,8 @@ fn sign(args: &SignArgs, host: Option<Uuid>, now: Timestamp) -> Result<(), CtlEr
             reason: "expected 64 hex digits".into(),
         });
     }
-    let mut document = GoldenDocument::new(&args.volid, &sha256);
+    let mut document =
+        GoldenDocument::new(&args.volid, &sha256).with_serial(serial(args.serial, now)?);
     document.host_id = host;
     document.expires_at = expiry(args, now)?;
     document.validate().map_err(|e| CtlError::BadArgument {
@@ -213,3 +244,7 @@ fn sign(args: &SignArgs, host: Option<Uuid>, now: Timestamp) -> Result<(), CtlEr
     })?;
     crate::outln!("{}", args.output.display())
 }
+
+#[cfg(test)]
+#[path = "golden_tests.rs"]
+mod tests;

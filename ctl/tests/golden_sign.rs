@@ -53,16 +53,23 @@ fn golden_sign_writes_an_entry_openssh_verifies_and_leaves_nothing_else() {
         .status()
         .unwrap();
     assert!(status.success());
+    let before = u64::try_from(jiff::Timestamp::now().as_second()).unwrap();
     let out = golden_sign(dir.path(), SHA, "key");
+    let after = u64::try_from(jiff::Timestamp::now().as_second()).unwrap();
     assert!(out.status.success(), "{out:?}");
     let entry: GoldenArchive =
         serde_json::from_slice(&std::fs::read(dir.path().join("golden.json")).unwrap()).unwrap();
     assert_eq!(entry.volid, VOLID);
     assert_eq!(entry.sha256, SHA.to_ascii_lowercase());
     let signed = entry.signed.expect("a signed document");
+    let document = signed.golden().unwrap();
+    assert!(
+        (before..=after).contains(&document.serial()),
+        "the serial defaults to the signing second: {document:?}"
+    );
     assert_eq!(
-        signed.golden().unwrap(),
-        GoldenDocument::new(VOLID, &SHA.to_ascii_lowercase())
+        document,
+        GoldenDocument::new(VOLID, &SHA.to_ascii_lowercase()).with_serial(document.serial())
     );
     let bytes = signed.golden_bytes().unwrap();
     assert!(verify(
@@ -160,6 +167,13 @@ fn golden_sign_binds_the_choice_to_a_host_and_an_expiry() {
         document.expires_at,
         Some("2031-01-01T00:00:00Z".parse().unwrap())
     );
+
+    // The operator's own serial, as for a rollback.
+    let out = sign(&["--serial", "3"]);
+    assert!(out.status.success(), "{out:?}");
+    let entry: GoldenArchive =
+        serde_json::from_slice(&std::fs::read(dir.path().join("golden.json")).unwrap()).unwrap();
+    assert_eq!(entry.signed.unwrap().golden().unwrap().serial, Some(3));
 
     // An expiry already past, a nil host and two expiries at once are refused before
     // anything is signed.

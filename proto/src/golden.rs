@@ -10,6 +10,13 @@
 //! exactly as before they existed. Without an expiry, a signed choice lasts as long as its
 //! signer stays trusted for `bosun-golden@v1` in the agent's `allowed_signers`: the agent
 //! checks the signature again before every use, so removing the operator's line revokes it.
+//!
+//! A document carries a `serial` that only rises (decision 0092): once a host holds a signed
+//! golden document, no document with a lower serial seeds another guest there
+//! ([`check_serial`]), so a hub cannot bring back a base the operator has since replaced.
+//! Equal serials stand side by side (several bases signed as one choice); a rollback is a new
+//! signature with a higher serial naming the older archive. A document signed before the
+//! field has none and counts as serial 0: usable until the host holds one with a serial.
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -17,6 +24,44 @@ use uuid::Uuid;
 
 use crate::signed::SignedDocument;
 use crate::validate::ValidationError;
+
+/// The largest serial a golden document or recipe may carry (agents journal it as a signed
+/// 64-bit integer).
+pub const MAX_GOLDEN_SERIAL: u64 = i64::MAX.unsigned_abs();
+
+/// A signed golden document or recipe older than one this host already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "serial {serial} is below serial {held}, which this host already holds: an older signed choice came back"
+)]
+pub struct Superseded {
+    /// The document's serial (0 for one signed before serials).
+    pub serial: u64,
+    /// The highest serial of its kind this host holds.
+    pub held: u64,
+}
+
+/// The ordering rule of golden documents and recipes: a document whose serial is below the
+/// highest `held` serial of its kind is refused; an equal or higher one is admitted (and then
+/// raises what is held to its own serial).
+pub fn check_serial(serial: u64, held: u64) -> Result<(), Superseded> {
+    if serial < held {
+        Err(Superseded { serial, held })
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a signed serial's bound, naming `field` when it is out of range.
+pub(crate) fn validate_serial(field: &str, serial: Option<u64>) -> Result<(), ValidationError> {
+    match serial {
+        Some(serial) if serial > MAX_GOLDEN_SERIAL => Err(ValidationError::Invalid {
+            field: field.to_owned(),
+            reason: format!("expected at most {MAX_GOLDEN_SERIAL}"),
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// Schema of [`GoldenDocument`].
 pub const GOLDEN_SCHEMA: &str = "bosun.golden/v1";
@@ -46,6 +91,10 @@ pub struct GoldenDocument {
     /// as long as the signer is trusted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<Timestamp>,
+    /// Rises with every choice the operator signs ([`check_serial`]); absent in documents
+    /// signed before the field, which count as serial 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<u64>,
 }
 
 /// Why a valid golden document does not let a host provision from its archive now.
@@ -76,7 +125,20 @@ impl GoldenDocument {
             sha256: sha256.to_ascii_lowercase(),
             host_id: None,
             expires_at: None,
+            serial: None,
         }
+    }
+
+    /// The same document with `serial`.
+    #[must_use]
+    pub fn with_serial(mut self, serial: u64) -> Self {
+        self.serial = Some(serial);
+        self
+    }
+
+    /// The serial the ordering rule reads: 0 for a document signed before serials.
+    pub fn serial(&self) -> u64 {
+        self.serial.unwrap_or(0)
     }
 
     /// The same document bound to `host`.
@@ -136,7 +198,7 @@ impl GoldenDocument {
                 reason: "the nil uuid names no host; leave host_id out for every host".into(),
             });
         }
-        Ok(())
+        validate_serial("serial", self.serial)
     }
 }
 
@@ -223,6 +285,32 @@ mod tests {
         let nil = doc.for_host(Uuid::nil());
         let signed = SignedGolden::new(&serde_json::to_vec(&nil).unwrap(), "sig");
         assert_eq!(signed.golden().unwrap_err().field(), "host_id");
+    }
+
+    #[test]
+    fn a_serial_below_the_held_one_is_superseded_and_equal_or_higher_ones_are_not() {
+        assert_eq!(check_serial(0, 0), Ok(()), "before any serial: as before");
+        assert_eq!(check_serial(1, 0), Ok(()));
+        assert_eq!(check_serial(2, 2), Ok(()), "two bases signed as one choice");
+        assert_eq!(check_serial(3, 2), Ok(()), "a rollback is a higher serial");
+        assert_eq!(check_serial(1, 2), Err(Superseded { serial: 1, held: 2 }));
+        assert_eq!(
+            check_serial(0, 1),
+            Err(Superseded { serial: 0, held: 1 }),
+            "a document from before serials, once one with a serial is held"
+        );
+
+        let doc = GoldenDocument::new("local:backup/x.tar.zst", HASH);
+        assert_eq!(doc.serial(), 0);
+        let text = String::from_utf8(serde_json::to_vec(&doc).unwrap()).unwrap();
+        assert!(!text.contains("serial"), "{text}");
+        let numbered = doc.clone().with_serial(7);
+        assert_eq!(numbered.serial(), 7);
+        let signed = SignedGolden::new(&serde_json::to_vec(&numbered).unwrap(), "sig");
+        assert_eq!(signed.golden().unwrap(), numbered);
+        let huge = doc.with_serial(MAX_GOLDEN_SERIAL + 1);
+        let signed = SignedGolden::new(&serde_json::to_vec(&huge).unwrap(), "sig");
+        assert_eq!(signed.golden().unwrap_err().field(), "serial");
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! this version and digest asks its helper to build one; a guest's desired `golden` then
 //! names the version ([`crate::desired::GoldenArchive::version`]) and the agent maps it to
 //! its own build (volid, size, the helper's SHA-256).
+//!
+//! A recipe carries a `serial` that only rises, like a golden document's
+//! ([`crate::golden::check_serial`], decision 0092): once a host holds a recipe, it builds
+//! none with a lower serial and provisions no guest from a build of one. A recipe signed
+//! before the field counts as serial 0.
 
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +51,10 @@ pub struct GoldenRecipeDocument {
     /// meaning). Only the operator's signature sets it; desired state cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_days: Option<u16>,
+    /// Rises with every recipe the operator signs ([`crate::golden::check_serial`]); absent
+    /// in recipes signed before the field, which count as serial 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<u64>,
 }
 
 impl GoldenRecipeDocument {
@@ -57,7 +66,20 @@ impl GoldenRecipeDocument {
             controller_image: controller_image.to_owned(),
             controller_digest: controller_digest.to_ascii_lowercase(),
             refresh_days: None,
+            serial: None,
         }
+    }
+
+    /// The same recipe with `serial`.
+    #[must_use]
+    pub fn with_serial(mut self, serial: u64) -> Self {
+        self.serial = Some(serial);
+        self
+    }
+
+    /// The serial the ordering rule reads: 0 for a recipe signed before serials.
+    pub fn serial(&self) -> u64 {
+        self.serial.unwrap_or(0)
     }
 
     /// The same recipe, rebuilt every `days` days.
@@ -97,7 +119,7 @@ impl GoldenRecipeDocument {
                 ),
             });
         }
-        Ok(())
+        crate::golden::validate_serial("serial", self.serial)
     }
 
     /// The refresh interval, if the recipe names one.
@@ -180,7 +202,11 @@ mod tests {
         assert_eq!(signed.golden_recipe().unwrap(), doc);
 
         type Mutate = fn(&mut GoldenRecipeDocument);
-        let cases: [(Mutate, &str); 7] = [
+        let cases: [(Mutate, &str); 8] = [
+            (
+                |d| d.serial = Some(crate::golden::MAX_GOLDEN_SERIAL + 1),
+                "golden_recipe.serial",
+            ),
             (|d| d.refresh_days = Some(0), "golden_recipe.refresh_days"),
             (|d| d.refresh_days = Some(91), "golden_recipe.refresh_days"),
             (|d| d.version = "a b".into(), "golden_recipe.version"),
@@ -211,6 +237,10 @@ mod tests {
         let old = br#"{"schema":"bosun.golden-recipe/v1","version":"2026.11-1","controller_image":"bosun/controller:1.4","controller_digest":"sha256:5f2b6c0d8e1a4b3c9d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"}"#;
         let signed = SignedDocument::new(old, "sig");
         assert_eq!(signed.golden_recipe().unwrap(), doc);
+        assert_eq!(doc.serial(), 0, "a recipe from before serials counts as 0");
+        let numbered = doc.clone().with_serial(1_764_000_000);
+        let signed = SignedDocument::new(&serde_json::to_vec(&numbered).unwrap(), "sig");
+        assert_eq!(signed.golden_recipe().unwrap().serial(), 1_764_000_000);
         // A golden archive document is not a recipe.
         let golden = crate::golden::GoldenDocument::new("local:backup/x", &"a".repeat(64));
         let signed = SignedDocument::new(&serde_json::to_vec(&golden).unwrap(), "sig");

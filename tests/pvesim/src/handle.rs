@@ -340,6 +340,30 @@ impl SimHandle {
         vmid: u32,
         conf: BTreeMap<String, String>,
     ) -> Result<String, SimError> {
+        self.push_backup(
+            storage,
+            vmid,
+            crate::state::Archive::new(conf, crate::files::debian_template()),
+        )
+    }
+
+    /// Adds another golden archive (the seeded golden's config and files, so a guest restored
+    /// from it bootstraps like one from the seeded golden) as a backup of `vmid` named as
+    /// vzdump would name it now; returns its volid. Lets tests offer two golden bases.
+    pub fn add_golden_backup(&self, storage: &str, vmid: u32) -> Result<String, SimError> {
+        self.push_backup(
+            storage,
+            vmid,
+            crate::state::Archive::new(seed::golden_conf(), seed::golden_files()),
+        )
+    }
+
+    fn push_backup(
+        &self,
+        storage: &str,
+        vmid: u32,
+        archive: crate::state::Archive,
+    ) -> Result<String, SimError> {
         let err = |reason: &str| SimError::AddBackup {
             storage: storage.to_owned(),
             vmid,
@@ -366,10 +390,7 @@ impl SimHandle {
             notes: None,
             protected: false,
             encrypted: None,
-            archive: Some(crate::state::Archive::new(
-                conf,
-                crate::files::debian_template(),
-            )),
+            archive: Some(archive),
         };
         st.push_volume(volume);
         Ok(volid)

@@ -216,7 +216,7 @@ pub(crate) fn initial_state(
 }
 
 /// The config recorded in the golden archive (`./etc/vzdump/pct.conf`).
-fn golden_conf() -> Conf {
+pub(crate) fn golden_conf() -> Conf {
     [
         ("arch", "amd64"),
         ("cores", "2"),
@@ -246,7 +246,7 @@ pub const SIM_GUEST_STAMP_KEY: [u8; 32] = *b"bosun-pvesim-guest-stamp-key-32b";
 /// recipe (`golden/README.md`), produced by the same simulated programs a built one goes
 /// through, with `/etc/bosun-bootstrap` private (0700) for the bootstrap document and the
 /// host's unbound guest stamp.
-fn golden_files() -> FileTree {
+pub(crate) fn golden_files() -> FileTree {
     let mut tree = debian_template();
     let apt = "/usr/bin/env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get";
     let steps = [

@@ -115,6 +115,18 @@ pub fn golden_signer_line() -> String {
     )
 }
 
+/// The harness's golden signer's signature over `bytes` in `bosun-golden@v1`.
+fn golden_signature(bytes: &[u8]) -> String {
+    let signer = golden_signer();
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("id_ed25519");
+    std::fs::write(&private, &signer.private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.path().join("golden.json");
+    std::fs::write(&file, bytes).unwrap();
+    sign_file(&private, &file, bosun_proto::golden::GOLDEN_NAMESPACE)
+}
+
 /// A desired-state `golden` entry for `volid` with `sha256`, signed by the harness's golden
 /// signer.
 pub fn signed_golden(volid: &str, sha256: &str) -> Value {
@@ -123,19 +135,18 @@ pub fn signed_golden(volid: &str, sha256: &str) -> Value {
     if let Some(entry) = signer.signed.lock().unwrap().get(&key) {
         return entry.clone();
     }
-    let document =
-        serde_json::to_vec(&bosun_proto::golden::GoldenDocument::new(volid, sha256)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let private = dir.path().join("id_ed25519");
-    std::fs::write(&private, &signer.private).unwrap();
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let file = dir.path().join("golden.json");
-    std::fs::write(&file, &document).unwrap();
-    let signature = sign_file(&private, &file, bosun_proto::golden::GOLDEN_NAMESPACE);
-    let signed = bosun_proto::golden::SignedGolden::new(&document, &signature);
-    let entry = json!({ "volid": volid, "sha256": sha256, "signed": signed });
+    let entry = signed_golden_document(&bosun_proto::golden::GoldenDocument::new(volid, sha256));
     signer.signed.lock().unwrap().insert(key, entry.clone());
     entry
+}
+
+/// A desired-state `golden` entry naming `document`'s archive, carrying `document` signed by
+/// the harness's golden signer.
+pub fn signed_golden_document(document: &bosun_proto::golden::GoldenDocument) -> Value {
+    let bytes = serde_json::to_vec(document).unwrap();
+    let signature = golden_signature(&bytes);
+    let signed = bosun_proto::golden::SignedGolden::new(&bytes, &signature);
+    json!({ "volid": document.volid, "sha256": document.sha256, "signed": signed })
 }
 
 /// A desired-state `golden_recipe` entry for `version` (controller `image` at `digest`),
@@ -151,15 +162,8 @@ pub fn signed_golden_recipe(version: &str, image: &str, digest: &str) -> Value {
 pub fn signed_golden_recipe_document(
     recipe: &bosun_proto::golden_recipe::GoldenRecipeDocument,
 ) -> Value {
-    let signer = golden_signer();
     let document = serde_json::to_vec(recipe).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let private = dir.path().join("id_ed25519");
-    std::fs::write(&private, &signer.private).unwrap();
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let file = dir.path().join("recipe.json");
-    std::fs::write(&file, &document).unwrap();
-    let signature = sign_file(&private, &file, bosun_proto::golden::GOLDEN_NAMESPACE);
+    let signature = golden_signature(&document);
     serde_json::to_value(bosun_proto::signed::SignedDocument::new(
         &document, &signature,
     ))

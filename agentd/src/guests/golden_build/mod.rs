@@ -25,8 +25,13 @@
 //! one ([`prune`]); the journal's builds, their verification and the last outcome are the
 //! report's golden base ([`report`]).
 //!
-//! A recipe whose signature does not verify is never built (audited once,
-//! `golden.build_refused`). A failed build is audited (`golden.build_failed`) and retried
+//! A recipe carries a serial that only rises (decision 0092): once this host accepted a
+//! recipe, one with a lower serial — a replay of what the operator signed before — is never
+//! built, and guests naming a version built for it are refused
+//! ([`crate::guests::reconcile::golden::resolve_version`]). The highest serial is journaled.
+//!
+//! A recipe whose signature does not verify, or whose serial is below the one held, is never
+//! built (audited once, `golden.build_refused`). A failed build is audited (`golden.build_failed`) and retried
 //! with a growing pause ([`build_task`]).
 
 pub mod boot_test;
@@ -37,7 +42,7 @@ pub mod report;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bosun_proto::golden::GOLDEN_NAMESPACE;
+use bosun_proto::golden::{GOLDEN_NAMESPACE, Superseded, check_serial};
 use bosun_proto::golden_recipe::GoldenRecipeDocument;
 use bosun_proto::helper::{ArchiveName, BuildGolden, Output, Request};
 use bosun_proto::signed::SignedDocument;
@@ -48,7 +53,7 @@ use parking_lot::Mutex;
 use crate::clock::SharedClock;
 use crate::config::golden::GoldenSettings;
 use crate::links::helper::{HelperClient, HelperClientError};
-use crate::ops::journal::{GoldenBuild, JournalError, JournalHandle};
+use crate::ops::journal::{GoldenBuild, GoldenSerialKind, JournalError, JournalHandle};
 use crate::trust::signing::{
     AllowedSigners, AllowedSignersError, SignatureError, verify_signature,
 };
@@ -65,6 +70,16 @@ pub enum GoldenBuildError {
     /// The signature is not an allowed operator's over this document.
     #[error("the golden recipe's signature is refused")]
     Signature(#[source] SignatureError),
+    /// The recipe's serial is below one this host already holds: a replay of a recipe the
+    /// operator has since replaced.
+    #[error("golden recipe {version} is older than the one this host holds")]
+    Superseded {
+        /// The recipe's version.
+        version: String,
+        /// The serials.
+        #[source]
+        source: Superseded,
+    },
     /// The helper refused or failed the build.
     #[error("building golden version {version} through the helper")]
     Helper {
@@ -120,6 +135,7 @@ impl GoldenBuildError {
             Self::Malformed(_) => "malformed",
             Self::Signers(_) => "signers_unreadable",
             Self::Signature(_) => "bad_signature",
+            Self::Superseded { .. } => "superseded",
             Self::Helper { .. } => "helper",
             Self::UnexpectedOutput { .. } => "unexpected_output",
             Self::Unverifiable { .. } => "unverifiable",
@@ -136,7 +152,10 @@ impl GoldenBuildError {
 
     /// Whether building again could help (a refused recipe stays refused).
     pub fn is_refusal(&self) -> bool {
-        matches!(self, Self::Malformed(_) | Self::Signature(_))
+        matches!(
+            self,
+            Self::Malformed(_) | Self::Signature(_) | Self::Superseded { .. }
+        )
     }
 }
 
@@ -261,14 +280,43 @@ impl GoldenBuilder {
         newest.built_at.checked_add(interval).ok()
     }
 
+    /// Holds the verified `recipe` against the highest recipe serial this host holds: one
+    /// below it is refused; one above it raises it (journaled, so a restart keeps it).
+    async fn hold_serial(&self, recipe: &GoldenRecipeDocument) -> Result<(), GoldenBuildError> {
+        let journal_err = |source| GoldenBuildError::Journal {
+            version: recipe.version.clone(),
+            source,
+        };
+        let held = self
+            .journal
+            .golden_serial(GoldenSerialKind::Recipe)
+            .await
+            .map_err(journal_err)?;
+        check_serial(recipe.serial(), held).map_err(|source| GoldenBuildError::Superseded {
+            version: recipe.version.clone(),
+            source,
+        })?;
+        if recipe.serial() > held {
+            self.journal
+                .raise_golden_serial(GoldenSerialKind::Recipe, recipe.serial())
+                .await
+                .map_err(journal_err)?;
+            tracing::info!(version = %recipe.version, serial = recipe.serial(), "golden recipes below this serial are refused from now on");
+        }
+        Ok(())
+    }
+
     /// Builds the signed recipe unless the journal already holds a build of its version
     /// and controller digest, younger than the recipe's `refresh_days` when it names them;
-    /// gives the new build, or `None` when there was nothing to do.
+    /// gives the new build, or `None` when there was nothing to do. A recipe older than the
+    /// one this host holds is refused before anything is built (decision 0092); a
+    /// newer one naming a version and digest already built takes that build as its own.
     pub async fn ensure(
         &self,
         signed: &SignedDocument,
     ) -> Result<Option<GoldenBuild>, GoldenBuildError> {
         let recipe = self.verify(signed)?;
+        self.hold_serial(&recipe).await?;
         let journal_err = |source| GoldenBuildError::Journal {
             version: recipe.version.clone(),
             source,
@@ -284,6 +332,14 @@ impl GoldenBuilder {
         if let Some(known) = known
             && !is_stale(&recipe, &known, self.clock.now())
         {
+            if known.recipe_serial < recipe.serial() {
+                // The same version and controller signed again under a newer serial: the
+                // build is this recipe's too, and guests keep starting from it.
+                self.journal
+                    .restamp_golden_build(known.volid.clone(), recipe.serial())
+                    .await
+                    .map_err(journal_err)?;
+            }
             return Ok(None);
         }
         // Guests naming the version wait while it is built and verified.
@@ -388,6 +444,7 @@ impl GoldenBuilder {
             version: recipe.version.clone(),
             controller_digest: recipe.controller_digest.clone(),
             built_at: self.clock.now(),
+            recipe_serial: recipe.serial(),
         };
         self.journal
             .record_golden_build(build.clone())

@@ -12,6 +12,10 @@
 //! ([`signed`]). Every later use verifies that signature again against `allowed_signers`
 //! as it is then, and the document's host and expiry against this host and the clock: an
 //! operator removed from the file, or a document that expired, seeds no further guest.
+//! Golden documents and recipes carry a serial that only rises (decision 0092): once this
+//! host used a document (or accepted a recipe) with a serial, an older one seeds no further
+//! guest — neither a signed archive nor a build of an older recipe — and the highest serial
+//! is journaled, so a restart forgets nothing.
 //! [`GoldenCheck`] runs all of this before every provisioning restore and audits a refusal
 //! once (`golden.refused`, which the hub turns into a `golden_refused` alert). A guest may
 //! name a golden *version* instead of a volid: it maps to this host's newest build of that
@@ -21,7 +25,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use bosun_proto::desired::GoldenArchive;
-use bosun_proto::golden::GoldenScopeError;
+use bosun_proto::golden::{GoldenScopeError, Superseded, check_serial};
 use bosun_proto::helper::{ArchiveName, HashArchive, Output, Request};
 use parking_lot::Mutex;
 use uuid::Uuid;
@@ -29,7 +33,9 @@ use uuid::Uuid;
 use crate::clock::SharedClock;
 use crate::data::backup::proof::archive_name;
 use crate::links::helper::{HelperClient, HelperClientError};
-use crate::ops::journal::{AuditEvent, GoldenRecord, GoldenSource, JournalError, JournalHandle};
+use crate::ops::journal::{
+    AuditEvent, GoldenRecord, GoldenSerialKind, GoldenSource, JournalError, JournalHandle,
+};
 use crate::trust::signing::{AllowedSigners, AllowedSignersError, SignatureError};
 
 pub mod signed;
@@ -156,6 +162,16 @@ pub enum GoldenRefusal {
         #[source]
         source: GoldenScopeError,
     },
+    /// The signed document (or the recipe a golden version was built for) has a lower serial
+    /// than one this host already holds: the operator has since signed a newer choice.
+    #[error("{volid}: the operator has since signed a newer choice")]
+    Superseded {
+        /// The desired volid, or `golden version …`.
+        volid: String,
+        /// The serials.
+        #[source]
+        source: Superseded,
+    },
     /// The desired golden version has no build on this host.
     #[error("golden version {version} was never built by this host's helper")]
     UnknownVersion {
@@ -198,6 +214,7 @@ impl GoldenRefusal {
             } => "expired",
             Self::Journal { .. } => "journal",
             Self::UnknownVersion { .. } => "unknown_version",
+            Self::Superseded { .. } => "superseded",
         }
     }
 }
@@ -236,7 +253,8 @@ impl ArchiveHasher for HelperClient {
 /// Checks `golden` right before a restore; gives its journal record when it may be
 /// restored. A signed archive's journaled signature is verified again first, against
 /// `signers` (read only for a signed archive) and `at` ([`signed::still_covers`]); a
-/// built archive needs no signer.
+/// built archive needs no signer. A signed archive that passes raises the journaled
+/// highest golden serial to its document's: from then on older documents are refused.
 pub async fn verify<H: ArchiveHasher>(
     journal: &JournalHandle,
     hasher: Option<&H>,
@@ -270,10 +288,14 @@ pub async fn verify<H: ArchiveHasher>(
             journaled: record.sha256,
         });
     }
-    if let GoldenSource::Signed(signature) = &record.source {
-        let signer = signed::still_covers(&record, signature, signers, at)?;
-        tracing::debug!(volid, signer = %signer.fingerprint(), principals = signer.principals(), "signed golden archive still trusted");
-    }
+    let serial = match &record.source {
+        GoldenSource::Signed(signature) => {
+            let covered = signed::still_covers(&record, signature, signers, at)?;
+            tracing::debug!(volid, signer = %covered.signer.fingerprint(), principals = covered.signer.principals(), serial = covered.serial, "signed golden archive still trusted");
+            Some(covered.serial)
+        }
+        GoldenSource::Built => None,
+    };
     let hasher = hasher.ok_or_else(|| GoldenRefusal::NoHelper {
         volid: volid.clone(),
     })?;
@@ -285,13 +307,33 @@ pub async fn verify<H: ArchiveHasher>(
             journaled: record.sha256,
         });
     }
+    if let Some(serial) = serial
+        && serial > at.golden_serial
+    {
+        let rose = journal
+            .raise_golden_serial(GoldenSerialKind::Golden, serial)
+            .await
+            .map_err(|source| GoldenRefusal::Journal {
+                volid: volid.clone(),
+                source,
+            })?;
+        if rose {
+            tracing::info!(
+                volid,
+                serial,
+                "golden documents below this serial are refused from now on"
+            );
+        }
+    }
     Ok(record)
 }
 
 /// `golden` itself when it names a volid; for a golden version, this host's newest build of
-/// that version (its volid and the hash the helper computed when it was built).
+/// that version (its volid and the hash the helper computed when it was built), unless it
+/// was built for a recipe whose serial is below `held_recipe`, the highest this host holds.
 pub async fn resolve_version(
     journal: &JournalHandle,
+    held_recipe: u64,
     golden: &GoldenArchive,
 ) -> Result<GoldenArchive, GoldenRefusal> {
     let Some(version) = &golden.version else {
@@ -307,6 +349,10 @@ pub async fn resolve_version(
         .ok_or_else(|| GoldenRefusal::UnknownVersion {
             version: version.clone(),
         })?;
+    check_serial(build.recipe_serial, held_recipe).map_err(|source| GoldenRefusal::Superseded {
+        volid: format!("golden version {version}"),
+        source,
+    })?;
     Ok(GoldenArchive {
         volid: build.volid,
         sha256: build.sha256,
@@ -385,12 +431,23 @@ impl GoldenCheck {
     /// first mapped to this host's newest build of it ([`resolve_version`]).
     pub async fn check(&self, golden: &GoldenArchive) -> Result<GoldenRecord, GoldenRefusal> {
         let signers = || AllowedSigners::load(&self.signers_path);
-        let at = GoldenUse {
-            host_id: self.host_id,
-            now: self.clock.now(),
-        };
         let checked = async {
-            let golden = resolve_version(&self.journal, golden).await?;
+            let held = |kind| async move {
+                self.journal
+                    .golden_serial(kind)
+                    .await
+                    .map_err(|source| GoldenRefusal::Journal {
+                        volid: golden.volid.clone(),
+                        source,
+                    })
+            };
+            let at = GoldenUse {
+                host_id: self.host_id,
+                now: self.clock.now(),
+                golden_serial: held(GoldenSerialKind::Golden).await?,
+                recipe_serial: held(GoldenSerialKind::Recipe).await?,
+            };
+            let golden = resolve_version(&self.journal, at.recipe_serial, golden).await?;
             admit_signed(&self.journal, self.hasher.as_ref(), signers, at, &golden).await?;
             verify(&self.journal, self.hasher.as_ref(), signers, at, &golden).await
         }

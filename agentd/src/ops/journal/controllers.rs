@@ -503,6 +503,7 @@ mod tests {
                 version: "2026.11".into(),
                 controller_digest: digest.clone(),
                 built_at: Timestamp::now(),
+                recipe_serial: 0,
             })
             .await
             .unwrap();

@@ -47,6 +47,10 @@ pub struct GoldenBuild {
     pub controller_digest: String,
     /// When it was journaled.
     pub built_at: Timestamp,
+    /// The serial of the signed recipe it was built for (0: a recipe signed before serials,
+    /// or a build journaled before them); guests are not provisioned from it once the host
+    /// holds a recipe with a higher serial (decision 0092).
+    pub recipe_serial: u64,
 }
 
 fn valid_sha256(s: &str) -> bool {
@@ -69,20 +73,27 @@ impl Store {
             column: "size",
             value: build.size.to_string(),
         })?;
+        let recipe_serial =
+            i64::try_from(build.recipe_serial).map_err(|_| JournalError::Corrupt {
+                table: "golden_archives",
+                column: "recipe_serial",
+                value: build.recipe_serial.to_string(),
+            })?;
         let now = self.now();
         self.write("record golden build", |tx| {
             tx.execute(
                 "INSERT OR REPLACE INTO golden_archives
                  (volid, sha256, source, built_ms, size, recipe_version, controller_digest,
-                  verified_ms)
-                 VALUES (?1, ?2, 'built', ?3, ?4, ?5, ?6, NULL)",
+                  verified_ms, recipe_serial)
+                 VALUES (?1, ?2, 'built', ?3, ?4, ?5, ?6, NULL, ?7)",
                 params![
                     build.volid,
                     build.sha256,
                     to_ms(build.built_at),
                     size,
                     build.version,
-                    build.controller_digest
+                    build.controller_digest,
+                    recipe_serial
                 ],
             )
             .map_err(query_err("record golden build"))?;
@@ -93,6 +104,7 @@ impl Store {
                 "size": build.size,
                 "version": build.version,
                 "controller_digest": build.controller_digest,
+                "recipe_serial": build.recipe_serial,
             });
             audit::append(tx, now, &event)?;
             Ok(())
@@ -127,6 +139,34 @@ impl Store {
         })
     }
 
+    /// Stamps the build at `volid` with `recipe_serial` when it was made for a recipe with a
+    /// lower one: the operator signed the same version and controller again under a newer
+    /// serial (a rollback, say), and the existing build is that recipe's build. Gives whether
+    /// it changed.
+    pub fn restamp_golden_build(
+        &mut self,
+        volid: &str,
+        recipe_serial: u64,
+    ) -> Result<bool, JournalError> {
+        const WHAT: &str = "restamp golden build";
+        let serial = i64::try_from(recipe_serial).map_err(|_| JournalError::Corrupt {
+            table: "golden_archives",
+            column: "recipe_serial",
+            value: recipe_serial.to_string(),
+        })?;
+        self.write(WHAT, |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE golden_archives SET recipe_serial = ?2
+                     WHERE volid = ?1 AND source = 'built'
+                       AND (recipe_serial IS NULL OR recipe_serial < ?2)",
+                    params![volid, serial],
+                )
+                .map_err(query_err(WHAT))?;
+            Ok(changed > 0)
+        })
+    }
+
     /// This host's builds, newest first, at most `limit` (capped at [`MAX_LISTED_BUILDS`]).
     pub fn golden_builds(&self, limit: u32) -> Result<Vec<ListedBuild>, JournalError> {
         const WHAT: &str = "list golden builds";
@@ -134,7 +174,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT volid, sha256, built_ms, size, recipe_version, controller_digest,
-                        verified_ms
+                        verified_ms, recipe_serial
                  FROM golden_archives
                  WHERE source = 'built' AND recipe_version IS NOT NULL
                    AND size IS NOT NULL AND controller_digest IS NOT NULL
@@ -152,12 +192,13 @@ impl Store {
                     r.get::<_, String>(4)?,
                     r.get::<_, String>(5)?,
                     r.get::<_, Option<i64>>(6)?,
+                    r.get::<_, Option<i64>>(7)?,
                 ))
             })
             .map_err(query_err(WHAT))?;
         let mut out = Vec::new();
         for row in rows {
-            let (volid, sha256, built_ms, size, version, digest, verified_ms) =
+            let (volid, sha256, built_ms, size, version, digest, verified_ms, recipe_serial) =
                 row.map_err(query_err(WHAT))?;
             out.push(ListedBuild {
                 build: GoldenBuild {
@@ -167,6 +208,7 @@ impl Store {
                     version,
                     controller_digest: digest,
                     built_at: from_ms(built_ms, "golden_archives", "built_ms")?,
+                    recipe_serial: read_serial(recipe_serial)?,
                 },
                 verified_at: verified_ms
                     .map(|ms| from_ms(ms, "golden_archives", "verified_ms"))
@@ -184,20 +226,31 @@ impl Store {
         controller_digest: Option<&str>,
     ) -> Result<Option<GoldenBuild>, JournalError> {
         const WHAT: &str = "read golden build";
-        let row: Option<(String, String, i64, i64, String)> = self
+        type Row = (String, String, i64, i64, String, Option<i64>);
+        let row: Option<Row> = self
             .conn
             .query_row(
-                "SELECT volid, sha256, built_ms, size, controller_digest FROM golden_archives
+                "SELECT volid, sha256, built_ms, size, controller_digest, recipe_serial
+                 FROM golden_archives
                  WHERE source = 'built' AND recipe_version = ?1 AND verified_ms IS NOT NULL
                    AND removed_ms IS NULL AND size IS NOT NULL AND controller_digest IS NOT NULL
                    AND (?2 IS NULL OR controller_digest = ?2)
                  ORDER BY built_ms DESC LIMIT 1",
                 params![version, controller_digest],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
             )
             .optional()
             .map_err(query_err(WHAT))?;
-        row.map(|(volid, sha256, built_ms, size, digest)| {
+        row.map(|(volid, sha256, built_ms, size, digest, recipe_serial)| {
             Ok(GoldenBuild {
                 volid,
                 sha256,
@@ -209,10 +262,22 @@ impl Store {
                 version: version.to_owned(),
                 controller_digest: digest,
                 built_at: from_ms(built_ms, "golden_archives", "built_ms")?,
+                recipe_serial: read_serial(recipe_serial)?,
             })
         })
         .transpose()
     }
+}
+
+/// A build's stored recipe serial; none (journaled before serials) is 0.
+fn read_serial(stored: Option<i64>) -> Result<u64, JournalError> {
+    stored.map_or(Ok(0), |serial| {
+        u64::try_from(serial).map_err(|_| JournalError::Corrupt {
+            table: "golden_archives",
+            column: "recipe_serial",
+            value: serial.to_string(),
+        })
+    })
 }
 
 journal_calls! {
@@ -221,6 +286,9 @@ journal_calls! {
     /// See [`Store::mark_golden_verified`].
     fn mark_golden_verified(volid: String, took_ms: u64, detail: serde_json::Value) -> bool
         = |s| s.mark_golden_verified(&volid, took_ms, detail);
+    /// See [`Store::restamp_golden_build`].
+    fn restamp_golden_build(volid: String, recipe_serial: u64) -> bool
+        = |s| s.restamp_golden_build(&volid, recipe_serial);
     /// See [`Store::golden_builds`].
     fn golden_builds(limit: u32) -> Vec<ListedBuild> = |s| s.golden_builds(limit);
     /// See [`Store::golden_build`].

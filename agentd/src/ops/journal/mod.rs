@@ -62,6 +62,7 @@ mod floor;
 mod golden;
 mod golden_archives;
 mod golden_builds;
+mod golden_serials;
 pub mod guest_audit;
 mod guest_changes;
 mod guest_failures;
@@ -97,6 +98,7 @@ pub use golden_archives::{
 pub use golden_builds::{
     GOLDEN_BUILT_ACTION, GOLDEN_VERIFIED_ACTION, GoldenBuild, ListedBuild, MAX_LISTED_BUILDS,
 };
+pub use golden_serials::GoldenSerialKind;
 pub use guest_audit::{GuestAuditRow, OPERATION_FINISHED};
 pub use guest_failures::{FailureCount, FailureCounts, FailureKind};
 pub use handle::JournalHandle;

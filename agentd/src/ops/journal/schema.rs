@@ -475,11 +475,23 @@ CREATE TABLE IF NOT EXISTS held_credentials (
     accepted_ms INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 27: signed golden documents and recipes carry a serial that only rises
+    // (decision 0092). The highest of each kind this host holds, and the serial of the
+    // recipe each build was made for (builds from before this version count as serial 0).
+    r#"
+CREATE TABLE IF NOT EXISTS golden_serials (
+    kind      TEXT PRIMARY KEY CHECK (kind IN ('golden', 'golden_recipe')),
+    serial    INTEGER NOT NULL CHECK (serial >= 0),
+    raised_ms INTEGER NOT NULL
+) STRICT;
+ALTER TABLE golden_archives ADD COLUMN recipe_serial INTEGER
+    CHECK (recipe_serial IS NULL OR recipe_serial >= 0);
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 26;
+pub const SCHEMA_VERSION: i64 = 27;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

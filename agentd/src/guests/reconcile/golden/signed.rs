@@ -7,9 +7,14 @@
 //! helper must read that hash from the file. The journal keeps the exact signed bytes, the
 //! signature and the signer ([`GoldenSignature`]). [`still_covers`] runs before every later
 //! use of the record, whether or not the desired state still carries the document.
+//!
+//! Both also hold the document's serial against the highest this host holds
+//! ([`GoldenUse::golden_serial`], decision 0092): a document the operator has since replaced
+//! with a higher serial neither is admitted nor seeds another guest, though its record stays
+//! (the provenance of the guests already made from it, which nothing here touches).
 
 use bosun_proto::desired::GoldenArchive;
-use bosun_proto::golden::{GOLDEN_NAMESPACE, GoldenDocument};
+use bosun_proto::golden::{GOLDEN_NAMESPACE, GoldenDocument, check_serial};
 use jiff::Timestamp;
 use uuid::Uuid;
 
@@ -28,6 +33,21 @@ pub struct GoldenUse {
     pub host_id: Uuid,
     /// The clock's time (a document past its `expires_at` covers nothing).
     pub now: Timestamp,
+    /// The highest serial of a golden document this host holds (one below it covers
+    /// nothing).
+    pub golden_serial: u64,
+    /// The highest serial of a golden recipe this host holds (a build of a recipe below it
+    /// seeds nothing).
+    pub recipe_serial: u64,
+}
+
+/// What [`still_covers`] found: the signer it verified against and the document's serial.
+#[derive(Debug)]
+pub struct Covered {
+    /// The operator whose signature verified.
+    pub signer: VerifiedSigner,
+    /// The document's serial (0 for one signed before serials).
+    pub serial: u64,
 }
 
 /// Journals the archive an operator named in `golden.signed`, once the document covers
@@ -108,7 +128,7 @@ pub async fn admit_signed<H: ArchiveHasher>(
         principals: signer.principals().to_owned(),
     });
     journal
-        .record_golden(volid.clone(), document.sha256, source)
+        .record_golden(volid.clone(), document.sha256.clone(), source)
         .await
         .map_err(|source| GoldenRefusal::Journal {
             volid: volid.clone(),
@@ -119,14 +139,16 @@ pub async fn admit_signed<H: ArchiveHasher>(
         signer = %signer.fingerprint(),
         principals = signer.principals(),
         host_bound = document.host_id.is_some(),
+        serial = document.serial(),
         expires_at = document.expires_at.map(tracing::field::display),
         "golden archive named in a signed document journaled"
     );
     Ok(())
 }
 
-/// The current `allowed_signers`, once `document` is found to cover this host at `at`: the
-/// checks admission and every later use share before the signature is verified.
+/// The current `allowed_signers`, once `document` is found to cover this host at `at` and is
+/// not older than the newest document this host holds: the checks admission and every later
+/// use share before the signature is verified.
 fn in_scope(
     document: &GoldenDocument,
     volid: &str,
@@ -139,6 +161,12 @@ fn in_scope(
             volid: volid.to_owned(),
             source,
         })?;
+    check_serial(document.serial(), at.golden_serial).map_err(|source| {
+        GoldenRefusal::Superseded {
+            volid: volid.to_owned(),
+            source,
+        }
+    })?;
     signers().map_err(|source| GoldenRefusal::Signers {
         volid: volid.to_owned(),
         source,
@@ -147,8 +175,9 @@ fn in_scope(
 
 /// Whether the signed document behind the journaled `record` still lets this host use the
 /// archive at `at`: it names the record's archive and hash, covers this host and moment
-/// ([`GoldenDocument::check_scope`]), and its signature verifies against `signers` as they
-/// are now. Gives the signer it verified against.
+/// ([`GoldenDocument::check_scope`]), its serial is not below the newest this host holds,
+/// and its signature verifies against `signers` as they are now. Gives the signer it
+/// verified against and the document's serial.
 ///
 /// The signature is verified again, over the journaled bytes, rather than the journaled
 /// fingerprint looked up in the current file, because that is the one sound check:
@@ -168,7 +197,7 @@ pub fn still_covers(
     signature: &GoldenSignature,
     signers: impl FnOnce() -> Result<AllowedSigners, AllowedSignersError>,
     at: GoldenUse,
-) -> Result<VerifiedSigner, GoldenRefusal> {
+) -> Result<Covered, GoldenRefusal> {
     let volid = record.volid.clone();
     let bad = |reason: String| GoldenRefusal::BadSignedDocument {
         volid: volid.clone(),
@@ -181,7 +210,7 @@ pub fn still_covers(
         return Err(bad("it names another archive or hash".into()));
     }
     let signers = in_scope(&document, &volid, signers, at)?;
-    verify_signature(
+    let signer = verify_signature(
         &signers,
         GOLDEN_NAMESPACE,
         &signature.document,
@@ -193,6 +222,10 @@ pub fn still_covers(
         fingerprint: signature.fingerprint.clone(),
         principals: signature.principals.clone(),
         source: Box::new(source),
+    })?;
+    Ok(Covered {
+        signer,
+        serial: document.serial(),
     })
 }
 

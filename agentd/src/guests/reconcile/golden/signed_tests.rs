@@ -122,7 +122,7 @@ async fn signed_goldens_that_do_not_hold_up_are_refused_and_not_journaled() {
     let op = Operator::new();
     let stranger = Operator::new();
     let now = jiff::Timestamp::now();
-    let at = GoldenUse { host_id: HOST, now };
+    let at = GoldenUse { now, ..here() };
     let scoped = |document: GoldenDocument| op.entry(OTHER, HASH, &document, GOLDEN_NAMESPACE);
     let cases: Vec<(&str, GoldenArchive, AllowedSigners, Table, &str)> = vec![
         (
@@ -282,7 +282,11 @@ async fn a_scoped_document_is_held_to_its_host_and_expiry_at_every_use() {
         .expiring_at(until);
     let entry = op.entry(OTHER, HASH, &document, GOLDEN_NAMESPACE);
     let signers = || Ok(op.allowed(GOLDEN_NAMESPACE));
-    let at = |host_id, now| GoldenUse { host_id, now };
+    let at = |host_id, now| GoldenUse {
+        host_id,
+        now,
+        ..here()
+    };
     admit_signed(&j, Some(&hasher), signers, at(HOST, start), &entry)
         .await
         .unwrap();
@@ -343,8 +347,8 @@ async fn the_provisioning_check_uses_the_clock_and_the_current_signers_file() {
     let hasher = table(&[(OTHER, HASH)]);
     let signers = || Ok(op.allowed(GOLDEN_NAMESPACE));
     let now = GoldenUse {
-        host_id: HOST,
         now: start,
+        ..here()
     };
     admit_signed(&j, Some(&hasher), signers, now, &entry)
         .await
@@ -377,4 +381,77 @@ async fn the_provisioning_check_uses_the_clock_and_the_current_signers_file() {
         .map(|e| e.event.detail["reason"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(audited, ["no_helper", "signer_revoked", "expired"]);
+}
+
+/// Where and when, with the serials the journal holds now (what `GoldenCheck` reads).
+async fn held(j: &JournalHandle) -> GoldenUse {
+    use crate::ops::journal::GoldenSerialKind;
+    GoldenUse {
+        golden_serial: j.golden_serial(GoldenSerialKind::Golden).await.unwrap(),
+        recipe_serial: j.golden_serial(GoldenSerialKind::Recipe).await.unwrap(),
+        ..here()
+    }
+}
+
+/// Base A (serial 1) seeds a guest, then base B (serial 2): A, its own journaled document
+/// unchanged, seeds nothing more, and neither does a document from before serials; the
+/// operator's rollback (A again under serial 3) does, and then B is the older one.
+#[tokio::test]
+async fn an_older_signed_base_is_refused_once_a_newer_one_was_used_until_a_rollback_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = empty_journal(&dir).await;
+    let op = Operator::new();
+    let hasher = table(&[(OTHER, HASH), (GOLDEN, HASH)]);
+    let signers = || Ok(op.allowed(GOLDEN_NAMESPACE));
+    let base = |volid: &str, serial: Option<u64>| {
+        let mut document = GoldenDocument::new(volid, HASH);
+        document.serial = serial;
+        op.entry(volid, HASH, &document, GOLDEN_NAMESPACE)
+    };
+    let use_it = |entry: GoldenArchive| {
+        let j = j.clone();
+        let hasher = &hasher;
+        async move {
+            let at = held(&j).await;
+            admit_signed(&j, Some(hasher), signers, at, &entry).await?;
+            verify(&j, Some(hasher), signers, at, &entry).await
+        }
+    };
+    let (a, b) = (base(OTHER, Some(1)), base(GOLDEN, Some(2)));
+    use_it(a.clone()).await.unwrap();
+    assert_eq!(held(&j).await.golden_serial, 1);
+    use_it(b.clone()).await.unwrap();
+    assert_eq!(held(&j).await.golden_serial, 2);
+
+    let hashed = calls(&hasher);
+    let err = use_it(a.clone()).await.unwrap_err();
+    assert_eq!(err.reason(), "superseded", "{err}");
+    let err = use_it(base(OTHER, None)).await.unwrap_err();
+    assert_eq!(
+        err.reason(),
+        "superseded",
+        "a document from before serials: {err}"
+    );
+    assert_eq!(
+        calls(&hasher),
+        hashed,
+        "nothing hashed for an older document"
+    );
+    let GoldenSource::Signed(kept) = j.golden(OTHER.into()).await.unwrap().unwrap().source else {
+        panic!("A stays journaled as signed");
+    };
+    assert_eq!(
+        kept.document,
+        a.signed.as_ref().unwrap().golden_bytes().unwrap()
+    );
+
+    // The rollback: A's bytes under serial 3.
+    use_it(base(OTHER, Some(3))).await.unwrap();
+    assert_eq!(held(&j).await.golden_serial, 3);
+    assert_eq!(use_it(b).await.unwrap_err().reason(), "superseded");
+    // Equal serials stand side by side: a second base signed as serial 3 too.
+    let beside = GoldenDocument::new(GOLDEN, HASH).with_serial(3);
+    use_it(op.entry(GOLDEN, HASH, &beside, GOLDEN_NAMESPACE))
+        .await
+        .unwrap();
 }

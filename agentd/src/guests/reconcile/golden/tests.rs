@@ -17,6 +17,8 @@ pub(super) fn here() -> GoldenUse {
     GoldenUse {
         host_id: HOST,
         now: jiff::Timestamp::now(),
+        golden_serial: 0,
+        recipe_serial: 0,
     }
 }
 
@@ -289,4 +291,49 @@ async fn a_refusal_is_audited_once_and_the_memory_of_refusals_is_bounded() {
     }
     assert!(check.reported.lock().len() <= MAX_REPORTED_REFUSALS);
     assert_eq!(refused(j).await, MAX_REPORTED_REFUSALS + 11);
+}
+
+/// A guest naming a golden version starts from its build only while no recipe with a higher
+/// serial than the one it was built for is held.
+#[tokio::test]
+async fn a_build_of_an_older_recipe_seeds_no_guest_once_a_newer_recipe_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = empty_journal(&dir).await;
+    let build = crate::ops::journal::GoldenBuild {
+        volid: GOLDEN.into(),
+        sha256: HASH.into(),
+        size: 4096,
+        version: "2026.10-1".into(),
+        controller_digest: format!("sha256:{}", "c".repeat(64)),
+        built_at: jiff::Timestamp::now(),
+        recipe_serial: 1,
+    };
+    j.record_golden_build(build).await.unwrap();
+    j.mark_golden_verified(GOLDEN.into(), 1, serde_json::json!({}))
+        .await
+        .unwrap();
+    let named = GoldenArchive {
+        version: Some("2026.10-1".into()),
+        ..golden("", "")
+    };
+    for held in [0, 1] {
+        let resolved = resolve_version(&j, held, &named).await.unwrap();
+        assert_eq!(
+            (resolved.volid.as_str(), resolved.sha256.as_str()),
+            (GOLDEN, HASH)
+        );
+    }
+    let err = resolve_version(&j, 2, &named).await.unwrap_err();
+    assert_eq!(err.reason(), "superseded", "{err}");
+    assert!(
+        err.to_string().contains("golden version 2026.10-1"),
+        "{err}"
+    );
+    // The operator signs the same version again under serial 2: the build is its build.
+    assert!(j.restamp_golden_build(GOLDEN.into(), 2).await.unwrap());
+    assert!(
+        !j.restamp_golden_build(GOLDEN.into(), 1).await.unwrap(),
+        "never lowered"
+    );
+    resolve_version(&j, 2, &named).await.unwrap();
 }

@@ -86,6 +86,7 @@ fn build(volid: &str, version: &str, at_ms: i64) -> GoldenBuild {
         version: version.into(),
         controller_digest: "sha256:d".into(),
         built_at: jiff::Timestamp::from_millisecond(at_ms).unwrap(),
+        recipe_serial: 0,
     }
 }
 
@@ -154,5 +155,78 @@ fn a_running_provisioning_keeps_every_archive_busy_and_the_outcome_is_replaced()
             outcome.version.as_deref()
         ),
         ("verified", None, Some("v2"))
+    );
+}
+
+#[test]
+fn the_held_golden_serials_only_rise_each_kind_on_its_own_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    for kind in [GoldenSerialKind::Golden, GoldenSerialKind::Recipe] {
+        assert_eq!(store.golden_serial(kind).unwrap(), 0, "none held: 0");
+    }
+    assert!(
+        store
+            .raise_golden_serial(GoldenSerialKind::Golden, 5)
+            .unwrap()
+    );
+    assert!(
+        !store
+            .raise_golden_serial(GoldenSerialKind::Golden, 5)
+            .unwrap()
+    );
+    assert!(
+        !store
+            .raise_golden_serial(GoldenSerialKind::Golden, 4)
+            .unwrap(),
+        "never lowered"
+    );
+    assert!(
+        store
+            .raise_golden_serial(GoldenSerialKind::Recipe, 2)
+            .unwrap()
+    );
+    assert!(
+        store
+            .raise_golden_serial(GoldenSerialKind::Recipe, u64::MAX)
+            .is_err(),
+        "beyond what the journal stores"
+    );
+    drop(store);
+    let (store, _) = open(&dir);
+    assert_eq!(store.golden_serial(GoldenSerialKind::Golden).unwrap(), 5);
+    assert_eq!(store.golden_serial(GoldenSerialKind::Recipe).unwrap(), 2);
+}
+
+#[test]
+fn a_build_keeps_the_serial_of_its_recipe_and_one_from_before_serials_counts_as_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    let mut numbered = build(BUILT, "2026.11-1", 1_000);
+    numbered.recipe_serial = 7;
+    store.record_golden_build(&numbered).unwrap();
+    store
+        .mark_golden_verified(BUILT, 1, serde_json::json!({}))
+        .unwrap();
+    assert_eq!(
+        store
+            .golden_build("2026.11-1", None)
+            .unwrap()
+            .unwrap()
+            .recipe_serial,
+        7
+    );
+    assert_eq!(store.golden_builds(16).unwrap()[0].build.recipe_serial, 7);
+    store
+        .conn
+        .execute("UPDATE golden_archives SET recipe_serial = NULL", [])
+        .unwrap();
+    assert_eq!(
+        store
+            .golden_build("2026.11-1", None)
+            .unwrap()
+            .unwrap()
+            .recipe_serial,
+        0
     );
 }
