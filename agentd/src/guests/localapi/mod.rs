@@ -36,7 +36,6 @@ mod controller_routes;
 pub mod error;
 mod handlers;
 pub mod interrupted;
-mod protection_routes;
 pub mod refusals;
 pub mod restore_test;
 pub mod slots;
@@ -283,7 +282,7 @@ fn api_router() -> OpenApiRouter<LocalApi> {
         .routes(routes!(backup_routes::backup_status))
         .routes(routes!(handlers::restore_test_status))
         .routes(routes!(audit_routes::guest_audit))
-        .routes(routes!(protection_routes::protection))
+        .routes(routes!(backup_routes::protection))
         .routes(routes!(controller_routes::desired_controller))
         .routes(routes!(controller_routes::report_health))
         .routes(routes!(
