@@ -66,6 +66,17 @@ async fn seal(hub: &Fixture, dir: &Path, extra: &[&str]) -> Output {
     let secret = dir.join("pbs-password");
     std::fs::write(&secret, format!("{PASSWORD}\n")).unwrap();
     let secret = secret.display().to_string();
+    // The operator's key signs what is sealed.
+    let key = dir.join("id_ed25519");
+    if !key.exists() {
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "op@example", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    let key = key.display().to_string();
     let mut args = vec![
         "secret",
         "seal",
@@ -75,6 +86,8 @@ async fn seal(hub: &Fixture, dir: &Path, extra: &[&str]) -> Output {
         "backup@pbs@pbs.example.net:store1",
         "--file",
         &secret,
+        "--key",
+        &key,
     ];
     args.extend_from_slice(extra);
     hub.run(&args).await
@@ -90,11 +103,15 @@ fn armored(out: &Output) -> Vec<String> {
         .collect()
 }
 
-/// Whether `identity` opens any ciphertext `out` printed, to the password.
+/// Whether `identity` opens any ciphertext `out` printed, to the password (inside the signed
+/// envelope's document).
 fn opens(identity: &age::x25519::Identity, out: &Output) -> bool {
     armored(out).iter().any(|a| {
-        age::decrypt(identity, a.as_bytes())
-            .is_ok_and(|plain| String::from_utf8_lossy(&plain).contains(PASSWORD))
+        age::decrypt(identity, a.as_bytes()).is_ok_and(|plain| {
+            bosun_proto::sealed_credential::CredentialEnvelope::from_plaintext(&plain)
+                .and_then(|envelope| envelope.document())
+                .is_ok_and(|document| String::from_utf8_lossy(&document).contains(PASSWORD))
+        })
     })
 }
 
