@@ -476,6 +476,9 @@ pub fn desired_unsigned() -> impl Iterator<Item = &'static Entry> {
     })
 }
 
+#[cfg(feature = "openapi")]
+pub mod schema;
+
 // The census test walks the documents' OpenAPI schemas (feature `openapi`, on in every
 // workspace build: the hub and the agent enable it).
 #[cfg(all(test, feature = "openapi"))]
