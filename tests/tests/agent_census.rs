@@ -192,9 +192,12 @@ fn hostile(
                 }),
                 Some(Value::String(text)) => {
                     let first = text.chars().next().unwrap_or('a');
-                    largest(text.len() as u64, 4096, &|n| {
+                    largest(u64::try_from(text.len()).unwrap_or(0), 4096, &|n| {
                         with(base, path, &mut |o, name| {
-                            o.insert(name.to_owned(), json!(first.to_string().repeat(n as usize)));
+                            o.insert(
+                                name.to_owned(),
+                                json!(first.to_string().repeat(usize::try_from(n).unwrap_or(0))),
+                            );
                         })
                     })
                 }
