@@ -43,6 +43,7 @@ pub mod bootstrap;
 pub mod break_glass;
 pub mod calendar;
 pub mod capabilities;
+pub mod census;
 pub mod controller;
 pub mod data_plan;
 pub mod delta;

@@ -34,6 +34,7 @@ mod agent_break_glass;
 mod agent_break_glass_crash;
 mod agent_bulk_backups;
 mod agent_capabilities;
+mod agent_census;
 mod agent_cluster;
 mod agent_controller;
 mod agent_controller_golden;

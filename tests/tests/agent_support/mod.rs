@@ -10,6 +10,7 @@ pub mod fake_helper;
 pub mod hostile_hub;
 pub mod jobs;
 pub mod lossy_tap;
+pub mod pbs_stack;
 pub mod process;
 pub mod signing;
 pub mod storage;
