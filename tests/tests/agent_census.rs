@@ -302,9 +302,6 @@ fn stops(sim: &bosun_pvesim::SimHandle, doc: &Value, vmids: &[u64]) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: the largest guests[].resources.rootfs_gib validation accepts (65536) \
-            stops the plan's hourly PBS verification (2 calls in 7 plan-hours, against 10); \
-            every other hostile value passes (decision 0096, left out)"]
 async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
     // Two running guests backed up to PBS every 3 s, verified hourly (a second) by the plan;
     // the hub's own verify policy off, a restore-test window and thresholds present so that

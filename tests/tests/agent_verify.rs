@@ -155,6 +155,68 @@ async fn a_hub_may_make_verification_more_frequent_than_the_plan() {
     s.hub.stop().await;
 }
 
+/// Verify requests for guest `vmid`'s group.
+fn verifies_of(sim: &SimHandle, vmid: u32) -> usize {
+    let id = vmid.to_string();
+    verify_requests(sim)
+        .iter()
+        .filter(|params| params.iter().any(|(k, v)| k == "backup-id" && *v == id))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_whose_group_takes_hours_to_verify_does_not_delay_its_neighbours() {
+    // Two guests verified hourly (a second here) by the plan; the hub's own policy off.
+    let s = stack_of(
+        1,
+        json!({ "enabled": false, "interval_hours": 8760 }),
+        &["alpha", "beta"],
+    )
+    .await;
+    let big = s.vmid;
+    let small = running_vmid(&s.agent.handles.reconcile, s.guests[1]).await;
+    eventually(Duration::from_secs(90), "both guests verified", || async {
+        verifies_of(&s.sim, big) > 0 && verifies_of(&s.sim, small) > 0
+    })
+    .await;
+    // Alpha's customer fills 64 TiB: its next backup holds 16 TiB, which PBS takes about five
+    // hours to read, so alpha's verification from then on runs for thousands of plan-hours.
+    assert!(s.sim.set_guest_data(big, 64 << 40));
+    let backed_up = |sim: &SimHandle| {
+        sim.requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/vzdump"))
+            .filter(|r| {
+                r.params
+                    .iter()
+                    .any(|(k, v)| k == "vmid" && *v == big.to_string())
+            })
+            .count()
+    };
+    let before = backed_up(&s.sim);
+    eventually(Duration::from_secs(30), "alpha's large backup", || async {
+        backed_up(&s.sim) > before
+    })
+    .await;
+    let (big_before, small_before) = (verifies_of(&s.sim, big), verifies_of(&s.sim, small));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (big_runs, small_runs) = (
+        verifies_of(&s.sim, big) - big_before,
+        verifies_of(&s.sim, small) - small_before,
+    );
+    eprintln!("in 8 plan-hours: alpha (16 TiB) {big_runs} verify calls, beta {small_runs}");
+    assert!(
+        small_runs >= 4,
+        "beta's hourly verification waited on alpha's: {small_runs} in 8 hours"
+    );
+    assert!(
+        big_runs <= 2,
+        "alpha's verification is followed, not started again while it runs: {big_runs}"
+    );
+    s.agent.stop().await;
+    s.hub.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_that_withholds_the_credential_does_not_stop_verification_or_backups() {
     // The plan verifies hourly (a second here); the hub turned its own policy off.

@@ -219,6 +219,18 @@ impl SimHandle {
         true
     }
 
+    /// Sets how many bytes of files CT `vmid` holds (what its backups archive, about a quarter
+    /// of it, and so how long PBS takes to verify them), as a guest that filled its disk would;
+    /// `false` when the CT does not exist.
+    pub fn set_guest_data(&self, vmid: u32, bytes: u64) -> bool {
+        let mut st = self.shared.state.lock();
+        let Some(guest) = st.guests.get_mut(&vmid) else {
+            return false;
+        };
+        guest.data = Some(bytes);
+        true
+    }
+
     /// Stops a running CT as if its init had exited (no task, no lock); `false` when the CT
     /// does not exist.
     pub fn stop_guest(&self, vmid: u32) -> bool {

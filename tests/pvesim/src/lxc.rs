@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 use crate::api::{ApiError, Ctx, HandlerResult, data};
 use crate::files::INIT;
 use crate::lxc_config::missing_config;
-use crate::schema::{ROOTFS, parse_prop_string, parse_size};
 use crate::state::{FLOCK_WAIT, Guest, Shared};
 use crate::tasks;
 
@@ -23,22 +22,13 @@ fn memory_bytes(guest: &Guest, key: &str, default_mib: u64) -> u64 {
         << 20
 }
 
-fn rootfs_size(guest: &Guest) -> u64 {
-    guest
-        .conf
-        .get("rootfs")
-        .and_then(|v| parse_prop_string(&ROOTFS, v).ok())
-        .and_then(|m| m.get("size").and_then(|s| parse_size(s)))
-        .unwrap_or(0)
-}
-
 pub(crate) fn summary(vmid: u32, guest: &Guest) -> Value {
     let running = guest.running();
     let uptime = guest
         .running_since
         .map_or(0, |t| Instant::now().duration_since(t).as_secs());
     let maxmem = memory_bytes(guest, "memory", 512);
-    let maxdisk = rootfs_size(guest);
+    let maxdisk = guest.rootfs_size();
     let cpus: i64 = guest
         .conf
         .get("cores")
@@ -54,7 +44,7 @@ pub(crate) fn summary(vmid: u32, guest: &Guest) -> Value {
         "maxswap": memory_bytes(guest, "swap", 512),
         "swap": 0,
         "maxdisk": maxdisk,
-        "disk": if running { maxdisk / 5 } else { 0 },
+        "disk": if running { guest.data_bytes().min(maxdisk) } else { 0 },
         "cpus": cpus,
         "cpu": if running { 0.01 } else { 0.0 },
         "uptime": uptime,

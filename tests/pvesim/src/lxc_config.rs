@@ -543,6 +543,7 @@ pub(crate) async fn resize(ctx: &Ctx) -> HandlerResult {
                     shared.node()
                 )
             })?;
+            guest.data = Some(guest.data_bytes());
             if let Some(value) = guest.conf.get(&disk).cloned() {
                 let rebuilt: Vec<String> = value
                     .split(',')

@@ -49,6 +49,9 @@ pub(crate) struct Guest {
     /// (`SimHandle::set_guest_own_address`): what `…/interfaces` reads for a `net` without a
     /// static `ip=`.
     pub(crate) own_address: Option<std::net::Ipv4Addr>,
+    /// Bytes of files on its volumes, once fixed (`SimHandle::set_guest_data`, or its first
+    /// resize: growing a volume adds no files); until then a fifth of its rootfs' size.
+    pub(crate) data: Option<u64>,
 }
 
 impl Guest {
@@ -62,7 +65,22 @@ impl Guest {
             files: FileTree::default(),
             firewall: Conf::new(),
             own_address: None,
+            data: None,
         }
+    }
+
+    /// Bytes of files on its volumes: what a backup archives and its status calls `disk`.
+    pub(crate) fn data_bytes(&self) -> u64 {
+        self.data.unwrap_or_else(|| self.rootfs_size() / 5)
+    }
+
+    /// The rootfs' configured size in bytes (0 when it has none).
+    pub(crate) fn rootfs_size(&self) -> u64 {
+        self.conf
+            .get("rootfs")
+            .and_then(|v| crate::schema::parse_prop_string(&crate::schema::ROOTFS, v).ok())
+            .and_then(|m| m.get("size").and_then(|s| crate::schema::parse_size(s)))
+            .unwrap_or(0)
     }
 
     pub(crate) fn running(&self) -> bool {

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
 use crate::archive::{archive_name, format_size, prune_keep, render_notes};
-use crate::schema::{PRUNE, ROOTFS, parse_prop_string, parse_size};
+use crate::schema::{PRUNE, parse_prop_string};
 use crate::state::{Archive, Snapshot, StorageKind, Volume, now_epoch, volume_of};
 use crate::tasks::{self, TaskCtx};
 
@@ -243,7 +243,7 @@ async fn backup_guest(
 ) -> Result<(), String> {
     let shared = &t.shared;
     // lock: backup, and decide the mode.
-    let (conf, running, capable, kind) = {
+    let (conf, running, capable, kind, data) = {
         let mut st = shared.state.lock();
         let kind = st
             .storages
@@ -277,9 +277,10 @@ async fn backup_guest(
         guest.conf.insert("lock".to_owned(), "backup".to_owned());
         let mut conf = guest.conf.clone();
         conf.remove("lock");
-        (conf, guest.running(), capable, kind)
+        let data = guest.data_bytes();
+        (conf, guest.running(), capable, kind, data)
     };
-    let result = backup_locked(t, job, vmid, started, &conf, running, capable, &kind).await;
+    let result = backup_locked(t, job, vmid, started, &conf, running, capable, &kind, data).await;
     let mut st = shared.state.lock();
     if let Some(g) = st.guests.get_mut(&vmid) {
         g.conf.remove("lock");
@@ -298,6 +299,7 @@ async fn backup_locked(
     running: bool,
     capable: bool,
     kind: &StorageKind,
+    data: u64,
 ) -> Result<(), String> {
     let shared = &t.shared;
     let hostname = conf
@@ -381,12 +383,8 @@ async fn backup_locked(
     }
     t.work(shared.config.durations.vzdump).await?;
     t.checkpoint()?;
-    let disk = conf
-        .get("rootfs")
-        .and_then(|r| parse_prop_string(&ROOTFS, r).ok())
-        .and_then(|p| p.get("size").and_then(|s| parse_size(s)))
-        .unwrap_or(1 << 30);
-    let size = disk / 20 + u64::from(vmid);
+    // The archive holds the guest's files, compressed to about a quarter.
+    let size = data / 4 + u64::from(vmid);
     t.log(format!(
         "INFO: Total bytes written: {} ({}MiB, 120MiB/s)",
         size * 2,

@@ -282,7 +282,46 @@ async fn resize_grows_only() {
         conf.get("rootfs").is_some_and(|r| r.contains("size=10G")),
         "{conf:?}"
     );
+    // Growing the volume adds no files: the backup archives what the CT held before (a fifth
+    // of its 8G rootfs, compressed to a quarter), and grows only with what the CT writes.
+    let archived = |log: Vec<String>| {
+        log.iter()
+            .find_map(|l| {
+                l.strip_prefix("INFO: archive file size: ")
+                    .map(str::to_owned)
+            })
+            .expect("an archive size line")
+    };
+    assert_eq!(archived(backup_log(&sim, 115).await), "409MB");
+    assert!(sim.handle.set_guest_data(115, 40 << 30));
+    assert_eq!(archived(backup_log(&sim, 115).await), "10.00GB");
     sim.handle.shutdown().await;
+}
+
+/// The task log of a backup of CT `vmid` to `local`.
+async fn backup_log(sim: &Sim, vmid: u32) -> Vec<String> {
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/vzdump",
+            &[("vmid", &vmid.to_string()), ("storage", "local")],
+        )
+        .await;
+    let upid = r.upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+    let log = sim
+        .call(
+            "GET",
+            &format!("/nodes/pve/tasks/{upid}/log"),
+            &[("limit", "500")],
+        )
+        .await;
+    log.data()
+        .as_array()
+        .expect("log lines")
+        .iter()
+        .filter_map(|l| l["t"].as_str().map(str::to_owned))
+        .collect()
 }
 
 #[tokio::test]

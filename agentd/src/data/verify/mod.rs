@@ -11,11 +11,13 @@
 //! ```
 //!
 //! A verification that could not run is tried again after a quarter of the interval; one that
-//! ran is due again after the interval. One runs at a time.
+//! ran is due again after the interval. Up to four run at once, one per guest and tier; one
+//! that outlives the interval gives its turn back and is followed on, so a guest whose group
+//! takes PBS hours to read delays its own verification, never its neighbours'.
 
 pub mod pbs;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +26,7 @@ use bosun_proto::desired::{StorageTarget, StorageType};
 use bosun_proto::verify::{VerifyOutcome, VerifyReport};
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
@@ -63,20 +66,40 @@ impl Default for VerifyConfig {
     }
 }
 
+/// Most verifications that hold a turn at once: what PBS is asked to read in parallel.
+const MAX_RUNNING: usize = 4;
+
 /// The verifier's loop.
 pub struct Verifier {
     journal: JournalHandle,
     clock: SharedClock,
     desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    worker: Arc<Worker>,
+    /// Verifications started and not yet finished, by task.
+    running: HashMap<tokio::task::Id, Running>,
+    tasks: JoinSet<Verification>,
+}
+
+/// What runs one verification: the parts a spawned task needs.
+struct Worker {
     sealing: Arc<CredentialOpener>,
     host_id: uuid::Uuid,
     config: VerifyConfig,
 }
 
+/// A verification in flight.
+#[derive(Debug)]
+struct Running {
+    guest_id: String,
+    tier: String,
+    started: tokio::time::Instant,
+}
+
 impl std::fmt::Debug for Verifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Verifier")
-            .field("config", &self.config)
+            .field("config", &self.worker.config)
+            .field("running", &self.running.len())
             .finish_non_exhaustive()
     }
 }
@@ -103,57 +126,96 @@ impl Verifier {
             journal,
             clock,
             desired,
-            sealing,
-            host_id,
-            config,
+            worker: Arc::new(Worker {
+                sealing,
+                host_id,
+                config,
+            }),
+            running: HashMap::new(),
+            tasks: JoinSet::new(),
         }
     }
 
-    /// Runs passes until `cancel`.
+    /// Runs verifications until `cancel`: the most overdue start while turns are free, and
+    /// each is recorded as it finishes.
     pub async fn run(mut self, cancel: CancellationToken) {
         loop {
-            let ran = tokio::select! {
-                () = cancel.cancelled() => return,
-                ran = self.pass() => ran,
-            };
-            if ran {
-                continue;
-            }
+            self.start_due().await;
             tokio::select! {
                 () = cancel.cancelled() => return,
-                () = self.clock.sleep(self.config.check_interval) => {}
+                Some(joined) = self.tasks.join_next_with_id() => self.finished(joined).await,
+                () = self.clock.sleep(self.worker.config.check_interval) => {}
                 _ = self.desired.changed() => {}
             }
         }
     }
 
-    /// Runs the most overdue verification, if one is due; whether one ran.
-    pub async fn pass(&mut self) -> bool {
+    /// Starts the most overdue verifications while fewer than [`MAX_RUNNING`] hold a turn.
+    ///
+    /// A verification that has run longer than the policy's interval gives its turn back and
+    /// is followed on: a guest whose group takes PBS hours to read (a customer who filled a
+    /// large disk) delays its own next verification, never another guest's. At most one runs
+    /// per guest and tier, so what is followed stays bounded by desired state.
+    async fn start_due(&mut self) {
         let Some(snapshot) = self.desired.borrow().clone() else {
-            return false;
+            return;
         };
         let policy = snapshot.state.verify_policy;
         if !policy.enabled {
-            return false;
+            return;
         }
-        let interval = self.config.hour.saturating_mul(policy.interval_hours);
-        let due = match self.due(&snapshot, interval).await {
-            Ok(due) => due,
+        let interval = self
+            .worker
+            .config
+            .hour
+            .saturating_mul(policy.interval_hours);
+        loop {
+            let turns = self
+                .running
+                .values()
+                .filter(|r| r.started.elapsed() < interval)
+                .count();
+            if turns >= MAX_RUNNING {
+                return;
+            }
+            let due = match self.due(&snapshot, interval).await {
+                Ok(Some(due)) => due,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "verification: the journal is unreadable");
+                    return;
+                }
+            };
+            let worker = Arc::clone(&self.worker);
+            let running = Running {
+                guest_id: due.guest_id.clone(),
+                tier: due.target.durable_id.clone(),
+                started: tokio::time::Instant::now(),
+            };
+            let handle = self.tasks.spawn(async move { worker.verify(&due).await });
+            self.running.insert(handle.id(), running);
+        }
+    }
+
+    /// Records a finished verification (audited when PBS found damage).
+    async fn finished(&mut self, joined: Result<(tokio::task::Id, Verification), JoinError>) {
+        let verification = match joined {
+            Ok((id, verification)) => {
+                self.running.remove(&id);
+                verification
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "verification: the journal is unreadable");
-                return false;
+                let running = self.running.remove(&e.id());
+                tracing::error!(error = %e, ?running, "a verification task ended without an outcome");
+                return;
             }
         };
-        let Some(due) = due else {
-            return false;
-        };
-        let verification = self.verify(&due).await;
-        tracing::info!(guest_id = %due.guest_id, tier = %due.target.durable_id, outcome = ?verification.outcome, duration_ms = verification.duration_ms, detail = %verification.detail, "verification finished");
+        tracing::info!(guest_id = %verification.guest_id, tier = %verification.tier, outcome = ?verification.outcome, duration_ms = verification.duration_ms, detail = %verification.detail, "verification finished");
         if verification.outcome == VerifyOutcome::Failed {
             let mut event = AuditEvent::new("verify.failed");
-            event.guest_id = Some(due.guest_id.clone());
+            event.guest_id = Some(verification.guest_id.clone());
             event.detail = serde_json::json!({
-                "tier": due.target.durable_id,
+                "tier": verification.tier,
                 "detail": verification.detail,
             });
             if let Err(e) = self.journal.append_audit(event).await {
@@ -162,12 +224,10 @@ impl Verifier {
         }
         if let Err(e) = self.journal.record_verification(verification).await {
             tracing::error!(error = %error_chain(&e), "could not record a verification");
-            return false;
         }
-        true
     }
-
-    /// The (guest, PBS tier) most overdue: never verified first, then the longest ago.
+    /// The (guest, PBS tier) most overdue and not in flight: never verified first, then the
+    /// longest ago.
     async fn due(
         &self,
         snapshot: &DesiredSnapshot,
@@ -230,7 +290,11 @@ impl Verifier {
                 let previous = last.iter().find(|l| {
                     &l.verification.guest_id == guest_id && l.verification.tier == target.durable_id
                 });
-                if !is_due(previous, now, interval) {
+                let in_flight = self
+                    .running
+                    .values()
+                    .any(|r| &r.guest_id == guest_id && r.tier == target.durable_id);
+                if in_flight || !is_due(previous, now, interval) {
                     continue;
                 }
                 let at = previous.map(|p| p.finished_at);
@@ -248,7 +312,9 @@ impl Verifier {
         }
         Ok(best.map(|(_, due)| due))
     }
+}
 
+impl Worker {
     /// Verifies one group and says how it went.
     async fn verify(&self, due: &Due) -> Verification {
         let started = tokio::time::Instant::now();
