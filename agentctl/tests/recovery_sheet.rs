@@ -2,7 +2,8 @@
 //! poppler's `pdfinfo`, `pdffonts`, `pdftotext` and `pdftoppm`: one A4 page with its fonts
 //! embedded that holds every word, the fingerprint, the customer and operator, the steps,
 //! the handover box and the caveats, with and without the extras, and with the largest
-//! content the input limits allow.
+//! content the input limits allow; every word's box (`pdftotext -bbox`) inside the page's
+//! margins, and no fingerprint broken inside a byte at a line's end.
 //!
 //! poppler-utils is required, not optional: CI installs it with `scripts/install-deps`,
 //! and a missing tool fails the test saying so. The sheet with both extras is kept as
