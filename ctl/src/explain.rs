@@ -74,16 +74,7 @@ pub async fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<(), CtlError
     };
     let (records, place) = through_hub(global, host, &wanted).await?;
     if records.is_empty() {
-        let what = match &wanted {
-            Wanted::Op(op_id) => format!("operation {op_id}"),
-            Wanted::Correlation(id) => format!("no operation with correlation id {id}"),
-        };
-        return Err(CtlError::Hub {
-            status: 404,
-            code: "unknown_operation".to_owned(),
-            message: format!("{what} is not in {place}"),
-            request_id: None,
-        });
+        return Err(not_found(&wanted, &place));
     }
     if global.json() {
         let value = match (&wanted, records.as_slice()) {
@@ -100,6 +91,20 @@ pub async fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<(), CtlError
         print(record)?;
     }
     Ok(())
+}
+
+/// What is said when `place` holds nothing `wanted` names (exit 8).
+fn not_found(wanted: &Wanted, place: &str) -> CtlError {
+    let message = match wanted {
+        Wanted::Op(op_id) => format!("operation {op_id} is not in {place}"),
+        Wanted::Correlation(id) => format!("no operation with correlation id {id} is in {place}"),
+    };
+    CtlError::Hub {
+        status: 404,
+        code: "unknown_operation".to_owned(),
+        message,
+        request_id: None,
+    }
 }
 
 /// The records the hub holds for `host`.
@@ -131,4 +136,30 @@ fn print(op: &OperationRecord) -> Result<(), CtlError> {
         outln!("{line}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_found_is_said_in_one_sentence() {
+        let place = "what host h reported to the hub (its newest operations)";
+        let said = not_found(&Wanted::Correlation("nope".to_owned()), place).to_string();
+        assert!(
+            said.contains("no operation with correlation id nope is in what host h reported"),
+            "{said}"
+        );
+        assert!(!said.contains("is not in"), "{said}");
+        let op = Uuid::from_u128(7);
+        let said = not_found(&Wanted::Op(op), place).to_string();
+        assert!(
+            said.contains(&format!("operation {op} is not in what")),
+            "{said}"
+        );
+        assert_eq!(
+            not_found(&Wanted::Op(op), place).exit_code(),
+            crate::error::exit::NOT_FOUND
+        );
+    }
 }

@@ -86,6 +86,7 @@ mod agent_tunnel;
 mod agent_update;
 mod agent_update_bench;
 mod agent_verify;
+mod command_census;
 mod demo_scenario;
 mod fleet_rollout;
 mod hub_backup_restore;

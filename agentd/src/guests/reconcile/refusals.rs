@@ -138,7 +138,7 @@ fn gate_reason(r: &Refusal) -> String {
             "the tier names a target the signed data plan does not allow: it never runs".to_owned()
         }
         _ => "the signed data plan does not name this target: it is never registered, mounted, \
-              written or read (sign a plan that names it: `bosunctl plan sign`)"
+              written or read (sign a plan that names it: `bosunctl policy sign-plan`)"
             .to_owned(),
     }
 }
