@@ -1,9 +1,9 @@
-//! `bosunctl explain --host H (OP_ID | --correlation-id C)`: operations and their journal
-//! steps through the hub (the agent reports the tail of its operation journal; the hub keeps
-//! the newest records of each host). `--correlation-id` finds the operations a `desired set`
-//! caused. `--order` shows the order the host's guests come up and go down in, and what waits
-//! on what ([`crate::explain_order`], decision 0099). On the host itself, `bosun-agentctl explain` reads the agent's journal (decision
-//! 0057); asked without `--host`, this command says so.
+//! `bosunctl explain --host H (OP_ID | --correlation-id C | --order)`: operations and their
+//! journal steps through the hub (the agent reports the tail of its operation journal; the hub
+//! keeps the newest records of each host). `--correlation-id` finds the operations a `desired
+//! set` caused. `--order` shows the order the host's guests come up and go down in, and what
+//! waits on what (decision 0099). On the host itself, `bosun-agentctl explain` reads the
+//! agent's journal (decision 0057); asked without `--host`, this command says so.
 
 use std::path::PathBuf;
 

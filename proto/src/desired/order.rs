@@ -114,7 +114,8 @@ pub struct RefusedRequirement {
 }
 
 impl RefusedRequirement {
-    /// The refusal in words (at most a few hundred bytes: at most [`MAX_NAMED`] guests named).
+    /// The refusal in words (at most a few hundred bytes: at most four guests are named, the
+    /// rest counted).
     pub fn reason(&self) -> String {
         let named = |names: &[String]| {
             let mut text = names

@@ -69,9 +69,10 @@ fn a_chain_is_provisioned_link_by_link_and_each_waits_on_the_one_before() {
 
 #[test]
 fn stopped_guests_start_in_order_and_running_ones_stop_in_reverse() {
-    let stopped: Vec<_> = (1..=3)
-        .map(|n| {
-            let mut s = seen(n, 100 + n as u32, ObservedPower::Stopped);
+    let stopped: Vec<_> = (1u32..=3)
+        .map(|v| {
+            let n = u128::from(v);
+            let mut s = seen(n, 100 + v, ObservedPower::Stopped);
             s.startup = startup_of(
                 &bosun_proto::desired::order::boot_order(&chain(Power::Running).guests),
                 id(n),
@@ -109,9 +110,9 @@ fn stopped_guests_start_in_order_and_running_ones_stop_in_reverse() {
 fn each_ordered_guest_gets_its_startup_place_and_an_unordered_one_keeps_its_own() {
     let mut want = chain(Power::Running);
     want.guests.push(spec(4, Power::Running));
-    let observed: Vec<_> = (1..=4)
-        .map(|n| {
-            let mut s = seen(n, 100 + n as u32, ObservedPower::Running);
+    let observed: Vec<_> = (1u32..=4)
+        .map(|v| {
+            let mut s = seen(u128::from(v), 100 + v, ObservedPower::Running);
             s.startup = Some("order=9".into());
             s
         })
