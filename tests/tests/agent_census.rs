@@ -360,6 +360,12 @@ async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
         guest["resources"]["cores"] = json!(1 + i);
     }
     base["guests"][1]["customer"] = json!({ "customer_id": "other", "display_name": "Other" });
+    // An order, so that its fields have a place in both guests: beta starts after alpha
+    // (decision 0099).
+    base["guests"][0]["provides"] = json!(["db"]);
+    base["guests"][0]["requires"] = json!([]);
+    base["guests"][1]["provides"] = json!([]);
+    base["guests"][1]["requires"] = json!(["db"]);
     assert!(valid(&base), "the base document validates");
     assert!(
         hub_stores(&s, &base).await,

@@ -70,6 +70,7 @@ mod agent_lifecycle;
 mod agent_local_api;
 mod agent_metrics;
 mod agent_nonce_prune;
+mod agent_order;
 mod agent_outcome;
 mod agent_placement;
 mod agent_protection;

@@ -94,6 +94,11 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     let update = ConfigUpdate {
         set: bosun_pve::CtOptions {
             memory: Some(2048),
+            startup: Some(bosun_pve::StartupOrder {
+                order: 2,
+                up: Some(0),
+                down: Some(60),
+            }),
             ..Default::default()
         },
         delete: vec!["description".into()],

@@ -298,7 +298,22 @@ impl<P: Pve + 'static> Applier<P> {
                         e,
                     )
                 }
-                Finding::Deferred { .. } => continue,
+                Finding::OrderRefused {
+                    guest_id,
+                    requirement,
+                    refusal,
+                    reason,
+                } => {
+                    let mut e = AuditEvent::new("guest.order_refused");
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({
+                        "requirement": requirement,
+                        "refusal": refusal,
+                        "why": reason,
+                    });
+                    (format!("order:{guest_id}:{requirement}:{reason}"), e)
+                }
+                Finding::Deferred { .. } | Finding::Waiting { .. } => continue,
             };
             if !self.memory.lock().reported.insert(key) {
                 continue;
@@ -563,6 +578,7 @@ impl<P: Pve + 'static> Applier<P> {
                 hostname,
                 cores,
                 memory_mib,
+                startup,
                 ..
             } => {
                 let update = ConfigUpdate {
@@ -570,13 +586,15 @@ impl<P: Pve + 'static> Applier<P> {
                         hostname: hostname.clone(),
                         cores: cores.map(u32::from),
                         memory: memory_mib.map(u64::from),
+                        startup: *startup,
                         ..CtOptions::default()
                     },
                     ..ConfigUpdate::default()
                 };
+                let startup = startup.map(|s| s.to_string());
                 op.call(
                     StepName::SetSpec,
-                    json!({ "vmid": vmid.get(), "hostname": hostname, "cores": cores, "memory_mib": memory_mib }),
+                    json!({ "vmid": vmid.get(), "hostname": hostname, "cores": cores, "memory_mib": memory_mib, "startup": startup }),
                     pve.update_ct_config(vmid, &update),
                 )
                 .await

@@ -15,6 +15,8 @@
 //! ([`Finding::HotRefused`]).
 //!
 //! Per guest, actions come in the order they must run: spec, rootfs, network guard, power.
+//! Across guests, the document's order holds ([`super::order`]): a guest is provisioned or
+//! started only once what it requires runs, and stopped only once what requires it is stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -63,6 +65,8 @@ pub struct ObservedGuest {
     /// The static addresses its interfaces configure (`ip=`, `ip6=`): where it speaks from
     /// when Proxmox's `ipfilter` holds it to them.
     pub addresses: Vec<std::net::IpAddr>,
+    /// Its `startup` option as Proxmox holds it, if any.
+    pub startup: Option<String>,
 }
 
 /// What the journal and the agent's own memory add.
@@ -120,6 +124,8 @@ pub enum Action {
         cores: Option<u16>,
         /// New memory, if it drifted.
         memory_mib: Option<u32>,
+        /// Its place in the node's start and stop order, if it drifted ([`super::order`]).
+        startup: Option<bosun_pve::StartupOrder>,
     },
     /// Grow the rootfs.
     GrowRootfs {
@@ -310,6 +316,28 @@ pub enum Finding {
         /// The guest.
         guest_id: Uuid,
     },
+    /// A requirement of the guest is refused and not waited on: no guest provides it, only
+    /// stopped guests do, or it closes a cycle ([`super::order`]).
+    OrderRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// The capability it requires.
+        requirement: String,
+        /// The refusal's short name.
+        refusal: &'static str,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The guest's start (or provisioning) waits until the guests `on` run, or its stop until
+    /// they are stopped.
+    Waiting {
+        /// The guest.
+        guest_id: Uuid,
+        /// What it waits on.
+        on: Vec<Uuid>,
+        /// Whether it waits to stop (else to start).
+        stopping: bool,
+    },
 }
 
 /// The planner's answer.
@@ -335,6 +363,8 @@ impl Plan {
                         | Finding::Decommissioned { .. }
                         | Finding::PlacementRefused { .. }
                         | Finding::HotRefused { .. }
+                        | Finding::OrderRefused { .. }
+                        | Finding::Waiting { .. }
                 )
             })
     }
@@ -349,6 +379,8 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         .collect();
     let by_vmid: BTreeMap<u32, &ObservedGuest> = observed.iter().map(|o| (o.vmid, o)).collect();
     let mut claimed: BTreeSet<u32> = BTreeSet::new();
+    let order = bosun_proto::desired::order::boot_order(&desired.guests);
+    out.findings.extend(super::order::refusals(&order));
 
     for spec in &desired.guests {
         let guest_id = spec.guest_id;
@@ -419,8 +451,9 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             out.findings.push(Finding::Deferred { guest_id });
             continue;
         }
-        plan_existing(spec, o, facts, &mut out);
+        plan_existing(spec, o, facts, &order, &mut out);
     }
+    super::order::hold(&mut out, &order, observed);
 
     for o in observed {
         if !claimed.contains(&o.vmid) {
@@ -462,7 +495,13 @@ fn placeable(desired: &DesiredState, spec: &GuestSpec, hot: &HotPlaces, out: &mu
     placeable
 }
 
-fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut Plan) {
+fn plan_existing(
+    spec: &GuestSpec,
+    o: &ObservedGuest,
+    facts: &Facts,
+    order: &bosun_proto::desired::order::BootOrder,
+    out: &mut Plan,
+) {
     let guest_id = spec.guest_id;
     let vmid = o.vmid;
     let want = spec.resources;
@@ -470,13 +509,16 @@ fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut P
         (o.hostname.as_deref() != Some(spec.hostname.as_str())).then(|| spec.hostname.clone());
     let cores = (o.cores != Some(want.cores)).then_some(want.cores);
     let memory_mib = (o.memory_mib != Some(want.memory_mib)).then_some(want.memory_mib);
-    if hostname.is_some() || cores.is_some() || memory_mib.is_some() {
+    let startup = super::order::startup_of(order, guest_id)
+        .filter(|s| super::order::startup_drifted(o.startup.as_deref(), *s));
+    if hostname.is_some() || cores.is_some() || memory_mib.is_some() || startup.is_some() {
         out.actions.push(Action::SetSpec {
             guest_id,
             vmid,
             hostname,
             cores,
             memory_mib,
+            startup,
         });
     }
     if let Some(have) = o.rootfs_gib {
@@ -527,7 +569,7 @@ fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut P
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-mod tests;
+pub(in crate::guests::reconcile) mod tests;
 
 #[cfg(test)]
 #[path = "plan_bootstrap_tests.rs"]

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn desired(guests: Vec<GuestSpec>) -> DesiredState {
+pub(in crate::guests::reconcile) fn desired(guests: Vec<GuestSpec>) -> DesiredState {
     DesiredState {
         schema: "bosun.desired/v1".into(),
         guests,
@@ -33,7 +33,7 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
     }
 }
 
-fn spec(n: u128, power: Power) -> GuestSpec {
+pub(in crate::guests::reconcile) fn spec(n: u128, power: Power) -> GuestSpec {
     GuestSpec {
         guest_id: Uuid::from_u128(n),
         hostname: format!("g{n}"),
@@ -57,10 +57,16 @@ fn spec(n: u128, power: Power) -> GuestSpec {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        provides: Vec::new(),
+        requires: Vec::new(),
     }
 }
 
-fn seen(n: u128, vmid: u32, power: ObservedPower) -> ObservedGuest {
+pub(in crate::guests::reconcile) fn seen(
+    n: u128,
+    vmid: u32,
+    power: ObservedPower,
+) -> ObservedGuest {
     ObservedGuest {
         vmid,
         guest_id: Some(Uuid::from_u128(n)),
@@ -72,10 +78,11 @@ fn seen(n: u128, vmid: u32, power: ObservedPower) -> ObservedGuest {
         locked: false,
         unguarded: false,
         addresses: Vec::new(),
+        startup: None,
     }
 }
 
-fn facts() -> Facts {
+pub(in crate::guests::reconcile) fn facts() -> Facts {
     Facts {
         restart_limit: 5,
         ..Facts::default()
@@ -347,6 +354,7 @@ prop_compose! {
             locked,
             unguarded: unguarded && managed,
             addresses: Vec::new(),
+            startup: None,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What of a generation the host will not apply, as the report names it
 //! ([`bosun_proto::refused`]): the planner's refusals (a root disk asked smaller than the
 //! guest's, a bulk volume with no target of its class, a hot volume on a storage not classed
-//! `fast`), the data-plan gate's (a storage
+//! `fast`, a requirement refused by the guests' order), the data-plan gate's (a storage
 //! target or tier the signed plan does not allow, [`crate::data::desired::plan_gate`]) and a
 //! bulk volume whose backup desired state puts on another target than the signed plan does
 //! ([`crate::data::bulk`]).
@@ -74,6 +74,18 @@ pub fn of(
                 "a hot volume goes only on a fast storage, and {storage} is not one: {}",
                 reason.describe(StorageClass::Fast)
             ),
+        }),
+        Finding::OrderRefused {
+            guest_id,
+            requirement,
+            reason,
+            ..
+        } => Some(Refused {
+            kind: RefusedKind::GuestField,
+            name: hostname(*guest_id),
+            guest_id: Some(*guest_id),
+            field: Some(format!("requires.{requirement}")),
+            reason: reason.clone(),
         }),
         _ => None,
     });

@@ -187,6 +187,8 @@ fn spec(n: u128, power: Power) -> GuestSpec {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        provides: Vec::new(),
+        requires: Vec::new(),
     }
 }
 
