@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # own `cargo` commands keep them.
 export CARGO_INCREMENTAL ?= 0
 
-.PHONY: all deps build test fmt-check clippy nextest nextest-postgres doc demo demo-host-loss packages controller-image clean
+.PHONY: all deps build test fmt-check clippy nextest nextest-postgres doc demo demo-host-loss man packages controller-image clean
 
 all: build
 
@@ -52,6 +52,24 @@ demo: build
 demo-host-loss: build
 	@scripts/install-deps demo
 	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --scenario host-loss --out demo-out-host-loss $(ARGS)
+
+# The man pages of a source build (the packages install their own): every program's command
+# pages and the two daemons' configuration pages (agent.toml.5, hub.toml.5), written by the
+# programs themselves under $(MANDIR)/man1 and man5, where `man` finds them
+# (`make man MANDIR=/usr/local/share/man` as root for every user).
+MANDIR ?= $(HOME)/.local/share/man
+man_programs = bosunctl bosun-hubd bosun-agentd bosun-agentctl bosun-guest
+man: build
+	@install -d $(MANDIR)/man1 $(MANDIR)/man5
+	@for p in $(man_programs); do \
+	  tmp=$$(mktemp -d) && \
+	  $${CARGO_TARGET_DIR:-target}/debug/$$p man --dir $$tmp >/dev/null && \
+	  for page in $$tmp/*; do \
+	    install -m 0644 $$page $(MANDIR)/man$${page##*.}/; \
+	  done; \
+	  rm -rf $$tmp; \
+	done
+	@echo "man pages in $(MANDIR): try man bosunctl"
 
 # Every Debian package, built for production and lintian --pedantic clean (scripts/packages
 # says what each holds). Not part of `make test`: the optimised builds take long.

@@ -103,8 +103,8 @@ pub enum Command {
     /// Print the shell completion script (the packages install them; this is for a
     /// copied binary): `bosunctl completions bash > ~/.local/share/bash-completion/completions/bosunctl`.
     Completions(bosun_clidoc::CompletionsArgs),
-    /// Write bosunctl's man pages into a directory (the packages install them).
-    #[command(hide = true)]
+    /// Write bosunctl's man pages into a directory (the packages install them; `make man`
+    /// installs every program's from a source build).
     Man(bosun_clidoc::ManArgs),
     /// The hub's host names, one a line, for the bash completion; prints nothing when the hub
     /// cannot be asked within 2 s.
