@@ -338,6 +338,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        share_class: None,
     };
     let provisioner = Provisioner::new(
         h.pve.clone(),
@@ -409,6 +410,7 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        share_class: None,
     }
 }
 
