@@ -15,3 +15,4 @@ pub mod provision;
 pub mod reconcile_task;
 pub mod refusals;
 pub mod replay;
+pub mod share;

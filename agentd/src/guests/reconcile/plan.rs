@@ -23,6 +23,9 @@ use bosun_proto::desired::{
 };
 use uuid::Uuid;
 
+use bosun_proto::share::{Share, ShareBounds, ShareRefusal};
+
+use super::share::{ObservedShare, ShareChange};
 use crate::data::recovery::BackupSource;
 use crate::data::storage::hot::HotPlaces;
 
@@ -63,6 +66,8 @@ pub struct ObservedGuest {
     /// The static addresses its interfaces configure (`ip=`, `ip6=`): where it speaks from
     /// when Proxmox's `ipfilter` holds it to them.
     pub addresses: Vec<std::net::IpAddr>,
+    /// Its CPU weight, CPU limit and interfaces' rate as Proxmox holds them.
+    pub share: ObservedShare,
 }
 
 /// What the journal and the agent's own memory add.
@@ -98,6 +103,9 @@ pub struct Facts {
     pub awaiting_recovery: BTreeSet<Uuid>,
     /// Where hot volumes may go: the storages the signed plan (or an attached target) classes.
     pub hot_places: HotPlaces,
+    /// The signed plan's bounds on every guest's share (its `guest_share`; the agent's own
+    /// where it names none).
+    pub share_bounds: ShareBounds,
 }
 
 /// Something to do.
@@ -108,7 +116,8 @@ pub enum Action {
         /// The guest's spec.
         spec: Box<GuestSpec>,
     },
-    /// Correct hostname, cores or memory.
+    /// Correct hostname, cores, memory or the guest's share (CPU weight, CPU limit, network
+    /// rate).
     SetSpec {
         /// The guest.
         guest_id: Uuid,
@@ -120,6 +129,8 @@ pub enum Action {
         cores: Option<u16>,
         /// New memory, if it drifted.
         memory_mib: Option<u32>,
+        /// The share to write, if it drifted.
+        share: Option<ShareChange>,
     },
     /// Grow the rootfs.
     GrowRootfs {
@@ -305,6 +316,14 @@ pub enum Finding {
         /// Why it has no place.
         reason: PlacementRefusal,
     },
+    /// A share value desired state asks for crosses the signed plan's (or the agent's) bound:
+    /// the bound is applied instead (decision 0100).
+    ShareRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// What was refused, and what holds instead.
+        refusal: ShareRefusal,
+    },
     /// A lock or a running operation; looked at again next pass.
     Deferred {
         /// The guest.
@@ -358,6 +377,13 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         if let Some(o) = found {
             claimed.insert(o.vmid);
         }
+        let (share, refused) =
+            bosun_proto::share::resolve(desired.share_class_of(spec), &facts.share_bounds);
+        out.findings.extend(
+            refused
+                .into_iter()
+                .map(|refusal| Finding::ShareRefused { guest_id, refusal }),
+        );
         if facts.busy.contains(&guest_id) {
             out.findings.push(Finding::Deferred { guest_id });
             continue;
@@ -419,7 +445,7 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             out.findings.push(Finding::Deferred { guest_id });
             continue;
         }
-        plan_existing(spec, o, facts, &mut out);
+        plan_existing(spec, &share, o, facts, &mut out);
     }
 
     for o in observed {
@@ -462,7 +488,13 @@ fn placeable(desired: &DesiredState, spec: &GuestSpec, hot: &HotPlaces, out: &mu
     placeable
 }
 
-fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut Plan) {
+fn plan_existing(
+    spec: &GuestSpec,
+    share: &Share,
+    o: &ObservedGuest,
+    facts: &Facts,
+    out: &mut Plan,
+) {
     let guest_id = spec.guest_id;
     let vmid = o.vmid;
     let want = spec.resources;
@@ -470,13 +502,15 @@ fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut P
         (o.hostname.as_deref() != Some(spec.hostname.as_str())).then(|| spec.hostname.clone());
     let cores = (o.cores != Some(want.cores)).then_some(want.cores);
     let memory_mib = (o.memory_mib != Some(want.memory_mib)).then_some(want.memory_mib);
-    if hostname.is_some() || cores.is_some() || memory_mib.is_some() {
+    let share = super::share::change(share, &o.share);
+    if hostname.is_some() || cores.is_some() || memory_mib.is_some() || share.is_some() {
         out.actions.push(Action::SetSpec {
             guest_id,
             vmid,
             hostname,
             cores,
             memory_mib,
+            share,
         });
     }
     if let Some(have) = o.rootfs_gib {

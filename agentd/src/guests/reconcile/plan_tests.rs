@@ -74,6 +74,7 @@ fn seen(n: u128, vmid: u32, power: ObservedPower) -> ObservedGuest {
         locked: false,
         unguarded: false,
         addresses: Vec::new(),
+        share: Default::default(),
     }
 }
 
@@ -349,6 +350,7 @@ prop_compose! {
             locked,
             unguarded: unguarded && managed,
             addresses: Vec::new(),
+            share: Default::default(),
         }
     }
 }
