@@ -12,6 +12,7 @@
 //! The program (`src/main.rs`) parses the command line and runs each command on the agent's
 //! runtime (`bosun_agentd::runtime::program`).
 
+pub mod cli;
 pub mod enroll;
 pub mod escrow;
 pub mod explain;

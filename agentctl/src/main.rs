@@ -7,122 +7,15 @@
 //! to standard error (standard output is its answer) and runs each command on the agent's
 //! runtime ([`bosun_agentd::runtime::program`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use bosun_agentd::config::{AgentConfig, DEFAULT_PATH};
+use bosun_agentctl::cli::{Args, Command, EscrowCommand, SheetArgs};
+use bosun_agentd::config::AgentConfig;
 use bosun_agentd::runtime::program::{self, LogTo};
-use clap::{CommandFactory as _, Parser, Subcommand};
+use clap::{CommandFactory as _, Parser as _};
 
 mod enroll_command;
-
-/// What an operator runs on a Bosun host beside the agent, as the agent's user (`sudo -u
-/// bosun`).
-#[derive(Debug, Parser)]
-#[command(name = "bosun-agentctl", version)]
-struct Args {
-    /// The agent's config file.
-    #[arg(long, global = true, default_value = DEFAULT_PATH, env = "BOSUN_AGENT_CONFIG")]
-    config: PathBuf,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Show this host's id, its sealing recipient (what `bosunctl hosts approve --recipient`
-    /// pins) and where its link to the hub stands (connected, unreachable, pending approval,
-    /// refused, stopped), as the running agent last wrote it.
-    Status,
-    /// Enroll this host at the hub and make the escrow of its PBS key with the customer
-    /// present: the recovery sheet is printed once, here. Run it before the agent's first
-    /// start (it refuses while the agent runs); run it again to finish one that stopped.
-    Enroll(enroll_command::EnrollArgs),
-    /// Replace the local API certificate and re-issue every guest's bootstrap (new pin, new
-    /// token). Refuses while the agent runs: stop bosun-agentd first, start it afterwards.
-    RotateLocalApiCert,
-    /// The escrow of the PBS encryption key under the customer's recovery code.
-    #[command(subcommand)]
-    Escrow(EscrowCommand),
-    /// Show an operation (or every operation of a correlation id) and its steps, from this
-    /// host's agent journal. `bosunctl explain --host H` reads them through the hub.
-    Explain(bosun_agentctl::explain::ExplainArgs),
-    /// Print the shell completion script (the package installs them).
-    Completions(bosun_clidoc::CompletionsArgs),
-    /// Write the man pages into a directory (the package installs them).
-    #[command(hide = true)]
-    Man(bosun_clidoc::ManArgs),
-}
-
-#[derive(Debug, Subcommand)]
-enum EscrowCommand {
-    /// Make the recovery code, print its sheet, store the wrapped key at the hub. Run once,
-    /// at enrollment, with the customer present; refuses when an escrow exists.
-    Create(SheetArgs),
-    /// Replace the recovery code and make a new key for future backups: the new code opens
-    /// the new key and every older one; the old code opens only the keys it always opened.
-    Rotate(SheetArgs),
-    /// Bring the PBS encryption key back with the recovery code (on a box that took over a
-    /// lost host). Prompts on a terminal; reads the words from stdin otherwise.
-    Recover {
-        /// The wrapped key from a file (the hub's JSON, or the block printed on the sheet)
-        /// instead of from the hub.
-        #[arg(long, value_name = "FILE", conflicts_with = "paper_key")]
-        blob: Option<PathBuf>,
-        /// Read the paper key printed on the sheet (14 groups of 4 characters) instead of
-        /// the 12 words; it brings back the key the sheet was made with, without the hub.
-        #[arg(long)]
-        paper_key: bool,
-    },
-    /// Show whether this host's key has an escrow.
-    Status,
-}
-
-#[derive(Debug, clap::Args)]
-struct SheetArgs {
-    /// The directory the recovery sheet's PDF is written to.
-    #[arg(long, value_name = "DIR")]
-    sheet: PathBuf,
-    /// Also print the wrapped key on the sheet, so recovery works even without the hub.
-    #[arg(long)]
-    include_blob: bool,
-    /// Also print the key itself on the sheet, as 14 groups of 4 characters that
-    /// `escrow recover --paper-key` reads back: anyone holding the paper reads every backup,
-    /// and it cannot be revoked.
-    #[arg(long)]
-    paper_key: bool,
-    /// The customer the server belongs to, printed on the sheet (at most 64 characters).
-    #[arg(long, value_name = "NAME", value_parser = party)]
-    customer: Option<String>,
-    /// The hoster's name, printed on the sheet in place of any branding and in its steps.
-    #[arg(long, value_name = "NAME", value_parser = party)]
-    operator_name: Option<String>,
-    /// How the customer reaches the hoster on the day of a loss (a phone number, an
-    /// address), printed on the sheet.
-    #[arg(long, value_name = "TEXT", value_parser = party)]
-    operator_contact: Option<String>,
-    /// The scrypt work factor (log2 N).
-    #[arg(long, hide = true, default_value_t = bosun_agentctl::escrow::wrap::WORK_FACTOR,
-          value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentctl::escrow::wrap::MAX_WORK_FACTOR)))]
-    work_factor: u8,
-}
-
-/// A customer or operator field that is not one.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "must be 1 to {} characters, not all blank, without control characters",
-    bosun_agentctl::escrow::sheet::MAX_PARTY_CHARS
-)]
-struct NotAParty;
-
-/// A customer or operator field: 1 to 120 characters, no control characters.
-fn party(value: &str) -> Result<String, NotAParty> {
-    if bosun_agentctl::escrow::sheet::is_party(value) {
-        Ok(value.to_owned())
-    } else {
-        Err(NotAParty)
-    }
-}
 
 fn main() -> ExitCode {
     let args = Args::parse();

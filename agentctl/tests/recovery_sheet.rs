@@ -2,7 +2,8 @@
 //! poppler's `pdfinfo`, `pdffonts`, `pdftotext` and `pdftoppm`: one A4 page with its fonts
 //! embedded that holds every word, the fingerprint, the customer and operator, the steps,
 //! the handover box and the caveats, with and without the extras, and with the largest
-//! content the input limits allow.
+//! content the input limits allow; every word's box (`pdftotext -bbox`) inside the page's
+//! margins, and no fingerprint broken inside a byte at a line's end.
 //!
 //! poppler-utils is required, not optional: CI installs it with `scripts/install-deps`,
 //! and a missing tool fails the test saying so. The sheet with both extras is kept as
@@ -187,6 +188,90 @@ fn lowest_ink_above_footer(pdf: &Path) -> f32 {
     lowest as f32 / height as f32
 }
 
+/// A word on the page and its box as `pdftotext -bbox` reads it: (text, xMin, yMin, xMax,
+/// yMax), in points from the top left.
+type WordBox = (String, f32, f32, f32, f32);
+
+/// Every word's box, and the page's width and height.
+fn word_boxes(pdf: &Path) -> (Vec<WordBox>, f32, f32) {
+    let html = poppler(
+        "pdftotext",
+        &["-bbox".as_ref(), pdf.as_os_str(), "-".as_ref()],
+    );
+    let attr = |tag: &str, name: &str| -> f32 {
+        let key = format!("{name}=\"");
+        let at = tag
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {name} in {tag}"))
+            + key.len();
+        tag[at..]
+            .split('"')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {tag}"))
+    };
+    let page = html
+        .split("<page ")
+        .nth(1)
+        .and_then(|p| p.split('>').next())
+        .expect("a page element");
+    let (width, height) = (attr(page, "width"), attr(page, "height"));
+    let words = html
+        .split("<word ")
+        .skip(1)
+        .map(|w| {
+            let (tag, rest) = w.split_once('>').expect("a word element");
+            let text = rest.split("</word>").next().unwrap_or_default();
+            let text = text
+                .replace("&amp;", "&")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">");
+            (
+                text,
+                attr(tag, "xMin"),
+                attr(tag, "yMin"),
+                attr(tag, "xMax"),
+                attr(tag, "yMax"),
+            )
+        })
+        .collect();
+    (words, width, height)
+}
+
+/// Every word lies inside the page's margins (the layout's 40 points, which every box and
+/// its text keep within), and no fingerprint is broken inside a byte at a line's end.
+fn assert_inside_and_unbroken(pdf: &Path) {
+    const MARGIN: f32 = 39.0;
+    let (words, width, height) = word_boxes(pdf);
+    assert!(!words.is_empty(), "pdftotext read no words");
+    let outside: Vec<_> = words
+        .iter()
+        .filter(|(_, x0, y0, x1, y1)| {
+            *x0 < MARGIN || *x1 > width - MARGIN || *y0 < 0.0 || *y1 > height
+        })
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "words outside the page's margins ({width} x {height}): {outside:?}"
+    );
+    let broken: Vec<_> = words
+        .iter()
+        .map(|(text, ..)| text.as_str())
+        .filter(|text| {
+            text.contains(':')
+                && text.chars().all(|c| c == ':' || c.is_ascii_hexdigit())
+                && text
+                    .trim_matches(':')
+                    .split(':')
+                    .any(|byte| byte.len() != 2)
+        })
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "fingerprints broken inside a byte: {broken:?}"
+    );
+}
+
 fn squeeze(text: &str) -> String {
     text.chars().filter(|c| !c.is_whitespace()).collect()
 }
@@ -311,6 +396,7 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
         );
         assert_private_and_alone(&pdf);
         assert_one_a4_page(&pdf);
+        assert_inside_and_unbroken(&pdf);
         assert_fonts_embedded(&pdf);
 
         let text = text_of(&pdf, true);
@@ -348,7 +434,7 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
             "Copy 1 is kept at:",
             "Copy 2 is kept at:",
             "Handed over on (date):",
-            "Signatures: for the hosting provider, and for the customer",
+            "Signatures: the hosting provider's and the customer's",
             "Page 1 of 1",
             &content.host_id.to_string(),
             "2025-03-01 (UTC)",
@@ -446,6 +532,7 @@ fn sheet_without_extras_leaves_them_out() {
         assert_eq!(pdf, out.path().join("recovery-sheet-_b_node__b__7.pdf"));
         assert_private_and_alone(&pdf);
         assert_one_a4_page(&pdf);
+        assert_inside_and_unbroken(&pdf);
         assert_fonts_embedded(&pdf);
         let text = text_of(&pdf, true);
         for (index, word) in WORDS.iter().enumerate() {
@@ -540,6 +627,7 @@ fn largest_sheet(older_keys: usize, with_blob: bool) {
         let pdf = print_sheet(out.path(), &content).expect("the sheet fits the page");
         assert_one_a4_page(&pdf);
         assert_fonts_embedded(&pdf);
+        assert_inside_and_unbroken(&pdf);
         let text = text_of(&pdf, true);
         let reading = text_of(&pdf, false);
         for (index, word) in LONG_WORDS.iter().enumerate() {

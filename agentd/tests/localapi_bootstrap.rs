@@ -339,6 +339,8 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         hot_volumes: Vec::new(),
         thresholds: None,
         share_class: None,
+        provides: Vec::new(),
+        requires: Vec::new(),
     };
     let provisioner = Provisioner::new(
         h.pve.clone(),
@@ -411,6 +413,8 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
         hot_volumes: Vec::new(),
         thresholds: None,
         share_class: None,
+        provides: Vec::new(),
+        requires: Vec::new(),
     }
 }
 

@@ -224,7 +224,12 @@ async fn triage(client: &HubClient, json: bool, command: &AlertsCommand) -> Resu
             duration,
             reason,
         } => {
-            let duration_seconds = crate::duration::parse_duration("--for", duration)?;
+            let duration_seconds = crate::duration::parse_within(
+                "--for",
+                duration,
+                bosun_proto::alert_triage::MIN_SILENCE_SECONDS,
+                bosun_proto::alert_triage::MAX_SILENCE_SECONDS,
+            )?;
             let body = CreateSilence {
                 host_id: crate::resolve::host_id(client, host).await?,
                 kind: *kind,

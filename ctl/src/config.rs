@@ -91,7 +91,8 @@ fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Read> {
     })
 }
 
-/// Refuses a regular file holding the admin token that its group or others can read.
+/// Refuses a regular file holding an operator token (of any role) that its group or others
+/// can read.
 fn check_private(path: &Path, what: &'static str, mode: Option<u32>) -> Result<(), CtlError> {
     match mode {
         Some(mode) if mode & 0o077 != 0 => Err(CtlError::InsecureFile {
@@ -155,7 +156,7 @@ fn token_from_args(args: &GlobalArgs) -> Result<Option<SecretString>, CtlError> 
             path: file.clone(),
             source,
         })?;
-        check_private(file, "admin token file", read.mode)?;
+        check_private(file, "token file", read.mode)?;
         let text = std::str::from_utf8(&read.bytes).map_err(|_| CtlError::BadArgument {
             what: "--admin-token-file",
             reason: format!("{} is not text", file.display()),
@@ -409,6 +410,10 @@ mod tests {
             matches!(err, CtlError::InsecureFile { mode: 0o644, .. }),
             "{err:?}"
         );
+        // Whose token it is, the file does not say: any operator's, not the admin's.
+        let said = err.to_string();
+        assert!(said.contains("holds an operator token"), "{said}");
+        assert!(!said.contains("admin"), "{said}");
         // Without the token in it, a readable config file is fine.
         std::fs::write(&path, r#"{"hub_url": "https://file.example"}"#).unwrap();
         let mut flags = args(&path);

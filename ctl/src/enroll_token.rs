@@ -5,7 +5,7 @@ use clap::Subcommand;
 use reqwest::Method;
 
 use crate::client::{HubClient, decode};
-use crate::duration::parse_duration;
+use crate::duration::parse_within;
 use crate::error::CtlError;
 use crate::table;
 
@@ -41,9 +41,14 @@ pub enum EnrollTokenCommand {
     },
 }
 
-/// Parses `90`, `90s`, `30m`, `24h`, `7d` into seconds.
+/// Parses `90`, `90s`, `30m`, `24h`, `7d` into seconds, 1 minute to 30 days.
 pub fn parse_ttl(text: &str) -> Result<u32, CtlError> {
-    parse_duration("--ttl", text)
+    parse_within(
+        "--ttl",
+        text,
+        bosun_proto::admin::MIN_TOKEN_TTL_SECONDS,
+        bosun_proto::admin::MAX_TOKEN_TTL_SECONDS,
+    )
 }
 
 /// Runs an `enroll-token` command.
@@ -182,7 +187,7 @@ mod tests {
         ] {
             assert_eq!(parse_ttl(text).unwrap(), seconds, "{text}");
         }
-        for bad in ["", "h", "10w", "-5m", "99999999999d", "1.5h"] {
+        for bad in ["", "h", "10w", "-5m", "99999999999d", "1.5h", "30s", "31d"] {
             assert!(parse_ttl(bad).is_err(), "{bad}");
         }
     }

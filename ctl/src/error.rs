@@ -22,8 +22,9 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 8;
     /// The hub failed (5xx) or answered something unreadable.
     pub const HUB_ERROR: u8 = 9;
-    // 10 is not used: it was `bosunctl demo`'s failed step, before the demo became a program
-    // of its own (`bosun-demo`, which still exits 10 then).
+    // 10 is not used: it was the demo's failed step while the demo was a `bosunctl`
+    // subcommand, before it became a program of its own (`bosun-demo`, which still exits 10
+    // then).
     /// `bosunctl desired set --wait`: the host did not apply the generation (the timeout
     /// passed, a guest failed for good, or the host refuses part of it); `bosunctl desired
     /// diff`: the host refuses part of desired state (a field, a storage target, a tier). The
@@ -77,15 +78,15 @@ pub enum CtlError {
         #[source]
         source: std::io::Error,
     },
-    /// A file holding the admin token can be read by its group or by others.
+    /// A file holding an operator token can be read by its group or by others.
     #[error(
-        "{what} {} holds the admin token and is readable by others (mode {mode:04o}); \
+        "{what} {} holds an operator token and is readable by others (mode {mode:04o}); \
          run `chmod 600 {}`",
         path.display(),
         path.display()
     )]
     InsecureFile {
-        /// `admin token file` or `config file`.
+        /// `token file` or `config file`.
         what: &'static str,
         /// The file.
         path: PathBuf,
@@ -195,18 +196,18 @@ pub enum CtlError {
     #[error("writing the command-line documentation")]
     Docs(#[source] bosun_clidoc::ClidocError),
     /// No host (or guest) has the name given.
-    #[error("no {kind} named {name:?} (give its id, or see `bosunctl hosts list`)")]
+    #[error("no {kind} named {name:?} (give its id, or see {})", kind.listing())]
     UnknownName {
-        /// `host` or `guest`.
-        kind: &'static str,
+        /// What it names.
+        kind: crate::resolve::NameKind,
         /// The name given.
         name: String,
     },
     /// More than one host (or guest, or job) has the name given, or an id starting with it.
     #[error("{kind} name or id prefix {name:?} is ambiguous: give one of the ids: {candidates}")]
     AmbiguousName {
-        /// `host` or `guest`.
-        kind: &'static str,
+        /// What it names.
+        kind: crate::resolve::NameKind,
         /// The name given.
         name: String,
         /// Every match, `id (name)`, comma-separated.
@@ -215,8 +216,8 @@ pub enum CtlError {
     /// A host or guest argument is neither an id nor a possible name.
     #[error("bad {kind}: {reason}")]
     BadName {
-        /// `host` or `guest`.
-        kind: &'static str,
+        /// What it names.
+        kind: crate::resolve::NameKind,
         /// Why.
         reason: String,
     },

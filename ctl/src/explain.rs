@@ -1,8 +1,9 @@
-//! `bosunctl explain --host H (OP_ID | --correlation-id C)`: operations and their journal
-//! steps through the hub (the agent reports the tail of its operation journal; the hub keeps
-//! the newest records of each host). `--correlation-id` finds the operations a `desired set`
-//! caused. On the host itself, `bosun-agentctl explain` reads the agent's journal (decision
-//! 0057); asked without `--host`, this command says so.
+//! `bosunctl explain --host H (OP_ID | --correlation-id C | --order)`: operations and their
+//! journal steps through the hub (the agent reports the tail of its operation journal; the hub
+//! keeps the newest records of each host). `--correlation-id` finds the operations a `desired
+//! set` caused. `--order` shows the order the host's guests come up and go down in, and what
+//! waits on what (decision 0099). On the host itself, `bosun-agentctl explain` reads the
+//! agent's journal (decision 0057); asked without `--host`, this command says so.
 
 use std::path::PathBuf;
 
@@ -23,11 +24,15 @@ const LOCAL_MOVED: &str = "reading this host's own agent journal is `bosun-agent
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// The operation id (from logs, audit entries, `job list` or `--correlation-id`).
-    #[arg(required_unless_present = "correlation_id")]
+    #[arg(required_unless_present_any = ["correlation_id", "order"])]
     pub op_id: Option<String>,
     /// Every operation carrying this correlation id (printed by `desired set`).
     #[arg(long, conflicts_with = "op_id")]
     pub correlation_id: Option<String>,
+    /// The order the host's guests come up and go down in: each one's place, what it waits on
+    /// and whether it waits now, and the requirements refused with why.
+    #[arg(long, conflicts_with_all = ["op_id", "correlation_id"], requires = "host")]
+    pub order: bool,
     /// The host (id or hostname) whose reported journal to search, through the hub.
     #[arg(long)]
     pub host: Option<String>,
@@ -51,6 +56,9 @@ pub async fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<(), CtlError
             reason: LOCAL_MOVED.to_owned(),
         });
     };
+    if args.order {
+        return crate::explain_order::run(global, host).await;
+    }
     let wanted = match (&args.op_id, &args.correlation_id) {
         (Some(raw), _) => Wanted::Op(raw.parse().map_err(|e| CtlError::BadArgument {
             what: "OP_ID",
@@ -74,16 +82,7 @@ pub async fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<(), CtlError
     };
     let (records, place) = through_hub(global, host, &wanted).await?;
     if records.is_empty() {
-        let what = match &wanted {
-            Wanted::Op(op_id) => format!("operation {op_id}"),
-            Wanted::Correlation(id) => format!("no operation with correlation id {id}"),
-        };
-        return Err(CtlError::Hub {
-            status: 404,
-            code: "unknown_operation".to_owned(),
-            message: format!("{what} is not in {place}"),
-            request_id: None,
-        });
+        return Err(not_found(&wanted, &place));
     }
     if global.json() {
         let value = match (&wanted, records.as_slice()) {
@@ -100,6 +99,20 @@ pub async fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<(), CtlError
         print(record)?;
     }
     Ok(())
+}
+
+/// What is said when `place` holds nothing `wanted` names (exit 8).
+fn not_found(wanted: &Wanted, place: &str) -> CtlError {
+    let message = match wanted {
+        Wanted::Op(op_id) => format!("operation {op_id} is not in {place}"),
+        Wanted::Correlation(id) => format!("no operation with correlation id {id} is in {place}"),
+    };
+    CtlError::Hub {
+        status: 404,
+        code: "unknown_operation".to_owned(),
+        message,
+        request_id: None,
+    }
 }
 
 /// The records the hub holds for `host`.
@@ -131,4 +144,30 @@ fn print(op: &OperationRecord) -> Result<(), CtlError> {
         outln!("{line}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_found_is_said_in_one_sentence() {
+        let place = "what host h reported to the hub (its newest operations)";
+        let said = not_found(&Wanted::Correlation("nope".to_owned()), place).to_string();
+        assert!(
+            said.contains("no operation with correlation id nope is in what host h reported"),
+            "{said}"
+        );
+        assert!(!said.contains("is not in"), "{said}");
+        let op = Uuid::from_u128(7);
+        let said = not_found(&Wanted::Op(op), place).to_string();
+        assert!(
+            said.contains(&format!("operation {op} is not in what")),
+            "{said}"
+        );
+        assert_eq!(
+            not_found(&Wanted::Op(op), place).exit_code(),
+            crate::error::exit::NOT_FOUND
+        );
+    }
 }

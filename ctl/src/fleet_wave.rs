@@ -69,14 +69,8 @@ impl Settings {
             })?
             .to_owned();
         let bounded = |what: &'static str, text: &str, max: u32| {
-            let seconds = crate::duration::parse_duration(what, text)?;
-            if !(10..=max).contains(&seconds) {
-                return Err(CtlError::BadArgument {
-                    what,
-                    reason: format!("`{text}` is outside 10 s to {max} s"),
-                });
-            }
-            Ok(Duration::from_secs(u64::from(seconds)))
+            let seconds = crate::duration::parse_within(what, text, 10, max)?;
+            Ok::<_, CtlError>(Duration::from_secs(u64::from(seconds)))
         };
         let settings = Self {
             kind,

@@ -109,7 +109,7 @@ pub async fn run(
                 .await
                 .map_err(|err| match crate::resolve::as_id(job_id) {
                     Some(_) => err,
-                    None => crate::resolve::from_hub("job", job_id, err),
+                    None => crate::resolve::from_hub(crate::resolve::NameKind::Job, job_id, err),
                 })?;
             if json {
                 return table::print_json(&value);
@@ -179,7 +179,7 @@ async fn show(client: &HubClient, host: &str, job_id: &str, json: bool) -> Resul
             name: j.kind.clone(),
         })
         .collect();
-    let job_id = crate::resolve::by_prefix("job", job_id, &candidates)?;
+    let job_id = crate::resolve::by_prefix(crate::resolve::NameKind::Job, job_id, &candidates)?;
     let job = jobs
         .into_iter()
         .find(|j| j.job_id == job_id)
@@ -206,7 +206,7 @@ fn job_segment(text: &str) -> Result<String, CtlError> {
     bosun_proto::ids::as_prefix(text)
         .map(|typed| bosun_proto::ids::hyphenated(&typed))
         .ok_or_else(|| CtlError::BadName {
-            kind: "job",
+            kind: crate::resolve::NameKind::Job,
             reason: format!(
                 "{:?} is neither a job id nor an id prefix (at least {} hex digits)",
                 text.chars().take(64).collect::<String>(),

@@ -167,7 +167,11 @@ async fn guest_target(
     )?;
     let id = match by_id {
         Some(id) => id,
-        None => resolve::pick("guest", guest, &resolve::guest_candidates(&detail))?,
+        None => resolve::pick(
+            resolve::NameKind::Guest,
+            guest,
+            &resolve::guest_candidates(&detail),
+        )?,
     };
     let known = crate::job_check::known_vmid(&detail, id);
     match (vmid, known) {

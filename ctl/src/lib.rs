@@ -18,6 +18,7 @@ pub mod duration;
 pub mod enroll_token;
 pub mod error;
 pub mod explain;
+mod explain_order;
 pub mod fleet;
 pub mod fleet_approve;
 pub mod fleet_plan;

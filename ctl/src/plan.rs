@@ -82,9 +82,20 @@ pub struct DerivePlanArgs {
     pub min_interval_seconds: u32,
 }
 
-/// The plan `file` describes for `host`, issued at `now`, checked.
+/// The plan `file` describes for `host`, issued at `now`, checked (a refusal names `--plan`,
+/// the file it came from).
 pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, CtlError> {
-    let plan = DataPlan {
+    let plan = unchecked_plan(host, file, now);
+    plan.validate().map_err(|e| CtlError::BadArgument {
+        what: "--plan",
+        reason: e.to_string(),
+    })?;
+    Ok(plan)
+}
+
+/// The plan `file` describes for `host`, issued at `now`.
+fn unchecked_plan(host: Uuid, file: PlanFile, now: Timestamp) -> DataPlan {
+    DataPlan {
         schema: PLAN_SCHEMA.to_owned(),
         host_id: host,
         serial: file.serial,
@@ -95,12 +106,17 @@ pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, 
         tunnel: file.tunnel,
         bulk_backups: file.bulk_backups,
         guest_share: file.guest_share,
-    };
-    plan.validate().map_err(|e| CtlError::BadArgument {
-        what: "--plan",
-        reason: e.to_string(),
-    })?;
-    Ok(plan)
+    }
+}
+
+/// `derive-plan`'s option a refusal of the derived plan's `field` comes from: `--serial` and
+/// `--min-interval-seconds` give their own fields, the desired-state file the rest.
+fn derived_from(field: &str) -> &'static str {
+    match field {
+        "serial" => "--serial",
+        "backup.min_interval_seconds" => "--min-interval-seconds",
+        _ => "--desired",
+    }
 }
 
 /// The plan file a desired state's manifest and tiers describe.
@@ -186,7 +202,12 @@ pub fn derive_plan(args: &DerivePlanArgs) -> Result<(), CtlError> {
     let desired = read_desired(&args.desired)?;
     let file = derived(&desired, args.serial, args.min_interval_seconds);
     // Checked as a plan before it is shown: what is printed can be signed as it is.
-    plan_for(Uuid::from_u128(1), file.clone(), Timestamp::UNIX_EPOCH)?;
+    unchecked_plan(Uuid::from_u128(1), file.clone(), Timestamp::UNIX_EPOCH)
+        .validate()
+        .map_err(|e| CtlError::BadArgument {
+            what: derived_from(e.field()),
+            reason: e.to_string(),
+        })?;
     crate::table::json_block(&to_json(&file, "data plan")?)
 }
 
@@ -257,6 +278,36 @@ mod tests {
             unknown.is_err(),
             "the host comes from --host, never from the file"
         );
+    }
+
+    #[test]
+    fn a_derived_plan_refused_names_the_option_it_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("desired.json");
+        let mut desired = serde_json::json!({
+            "schema": "bosun.desired-state/v1",
+            "storage": [],
+            "backup_policy": {"schedule": "02:00", "retention": {"keep_last": 3}},
+            "restore_test_policy": {"enabled": false, "interval_days": 7, "timeout_minutes": 30},
+            "guests": []
+        });
+        let refused = |desired: &serde_json::Value, serial: u64| {
+            std::fs::write(&path, desired.to_string()).unwrap();
+            derive_plan(&DerivePlanArgs {
+                desired: path.clone(),
+                serial,
+                min_interval_seconds: DERIVED_MIN_INTERVAL,
+            })
+            .expect_err("a plan the agent would refuse")
+            .to_string()
+        };
+        let said = refused(&desired, 0);
+        assert!(said.starts_with("--serial: "), "{said}");
+        // A tier on a target the desired state does not have: the desired state's fault.
+        desired["backup_policy"]["further_tiers"] = serde_json::json!(["bosun@pbs@nowhere:x"]);
+        let said = refused(&desired, 1);
+        assert!(said.starts_with("--desired: "), "{said}");
+        assert!(!said.contains("--plan"), "{said}");
     }
 
     #[test]

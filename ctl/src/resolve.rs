@@ -44,6 +44,43 @@ impl HostArg {
     }
 }
 
+/// What a command line names by id or name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// An enrolled host.
+    Host,
+    /// A guest of one host.
+    Guest,
+    /// A job of one host.
+    Job,
+}
+
+impl NameKind {
+    /// The kind as messages name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Guest => "guest",
+            Self::Job => "job",
+        }
+    }
+
+    /// The command that lists the things of this kind with their ids.
+    pub fn listing(self) -> &'static str {
+        match self {
+            Self::Host => "`bosunctl hosts list`",
+            Self::Guest => "the host's guests: `bosunctl desired get HOST`",
+            Self::Job => "the host's jobs: `bosunctl job list --host HOST`",
+        }
+    }
+}
+
+impl std::fmt::Display for NameKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Longest name accepted (a hostname is at most 253 bytes).
 const MAX_NAME: usize = 253;
 
@@ -61,7 +98,7 @@ pub async fn host_id(client: &HubClient, name_or_id: &str) -> Result<Uuid, CtlEr
     if let Some(id) = as_id(name_or_id) {
         return Ok(id);
     }
-    check_name("host", name_or_id)?;
+    check_name(NameKind::Host, name_or_id)?;
     let hosts: Vec<HostSummary> = decode("host list", client.get("/v1/admin/hosts").await?)?;
     let candidates: Vec<Candidate> = hosts
         .into_iter()
@@ -70,7 +107,7 @@ pub async fn host_id(client: &HubClient, name_or_id: &str) -> Result<Uuid, CtlEr
             name: h.hostname,
         })
         .collect();
-    match pick("host", name_or_id, &candidates) {
+    match pick(NameKind::Host, name_or_id, &candidates) {
         Err(CtlError::UnknownName { .. }) if bosun_proto::ids::as_prefix(name_or_id).is_some() => {
             host_by_prefix(client, name_or_id).await
         }
@@ -85,20 +122,20 @@ pub async fn host_id(client: &HubClient, name_or_id: &str) -> Result<Uuid, CtlEr
 async fn host_by_prefix(client: &HubClient, prefix: &str) -> Result<Uuid, CtlError> {
     let Some(typed) = bosun_proto::ids::as_prefix(prefix) else {
         return Err(CtlError::UnknownName {
-            kind: "host",
+            kind: NameKind::Host,
             name: prefix.to_owned(),
         });
     };
     let path = format!("/v1/admin/hosts/{}", bosun_proto::ids::hyphenated(&typed));
     match client.get(&path).await {
         Ok(value) => Ok(decode::<HostDetail>("host detail", value)?.summary.host_id),
-        Err(err) => Err(from_hub("host", prefix, err)),
+        Err(err) => Err(from_hub(NameKind::Host, prefix, err)),
     }
 }
 
 /// The hub's refusal of a typed id prefix as the same errors a name gets: ambiguous (exit 4,
 /// with the hub's list of candidates), unknown (exit 8).
-pub fn from_hub(kind: &'static str, typed: &str, err: CtlError) -> CtlError {
+pub fn from_hub(kind: NameKind, typed: &str, err: CtlError) -> CtlError {
     match err {
         CtlError::Hub {
             status: 409,
@@ -136,17 +173,17 @@ pub async fn guest_id(client: &HubClient, host: Uuid, name_or_id: &str) -> Resul
     if let Some(id) = as_id(name_or_id) {
         return Ok(id);
     }
-    check_name("guest", name_or_id)?;
+    check_name(NameKind::Guest, name_or_id)?;
     let detail: HostDetail = decode(
         "host detail",
         client.get(&format!("/v1/admin/hosts/{host}")).await?,
     )?;
-    pick_or_prefix("guest", name_or_id, &guest_candidates(&detail))
+    pick_or_prefix(NameKind::Guest, name_or_id, &guest_candidates(&detail))
 }
 
 /// [`pick`], and failing a name, the one candidate whose id starts with `text` (an id prefix).
 pub fn pick_or_prefix(
-    kind: &'static str,
+    kind: NameKind,
     text: &str,
     candidates: &[Candidate],
 ) -> Result<Uuid, CtlError> {
@@ -160,11 +197,7 @@ pub fn pick_or_prefix(
 
 /// The one candidate whose id is `text` or starts with it (an id prefix of at least 4 hex
 /// digits); a prefix of more than one is refused, listing them.
-pub fn by_prefix(
-    kind: &'static str,
-    text: &str,
-    candidates: &[Candidate],
-) -> Result<Uuid, CtlError> {
+pub fn by_prefix(kind: NameKind, text: &str, candidates: &[Candidate]) -> Result<Uuid, CtlError> {
     if let Some(id) = as_id(text) {
         return Ok(id);
     }
@@ -216,7 +249,7 @@ pub fn as_id(text: &str) -> Option<Uuid> {
     Uuid::try_parse(text.trim()).ok()
 }
 
-fn check_name(kind: &'static str, name: &str) -> Result<(), CtlError> {
+fn check_name(kind: NameKind, name: &str) -> Result<(), CtlError> {
     if name.is_empty() || name.len() > MAX_NAME || name.chars().any(bosun_proto::inert::is_control)
     {
         return Err(CtlError::BadName {
@@ -231,7 +264,7 @@ fn check_name(kind: &'static str, name: &str) -> Result<(), CtlError> {
 }
 
 /// Picks the one candidate named `name`: exactly, else ignoring ASCII case.
-pub fn pick(kind: &'static str, name: &str, candidates: &[Candidate]) -> Result<Uuid, CtlError> {
+pub fn pick(kind: NameKind, name: &str, candidates: &[Candidate]) -> Result<Uuid, CtlError> {
     let exact: Vec<&Candidate> = candidates.iter().filter(|c| c.name == name).collect();
     let matches = if exact.is_empty() {
         candidates
@@ -245,22 +278,30 @@ pub fn pick(kind: &'static str, name: &str, candidates: &[Candidate]) -> Result<
 }
 
 /// The one match, or why not: none (exit 8), more than one (exit 4, listing them).
-fn one_of(kind: &'static str, name: &str, matches: &[&Candidate]) -> Result<Uuid, CtlError> {
+fn one_of(kind: NameKind, name: &str, matches: &[&Candidate]) -> Result<Uuid, CtlError> {
     match matches {
         [one] => Ok(one.id),
         [] => Err(CtlError::UnknownName {
             kind,
             name: name.to_owned(),
         }),
-        many => Err(CtlError::AmbiguousName {
-            kind,
-            name: name.to_owned(),
-            candidates: many
+        many => {
+            // As the hub lists them: the first few, and `and more` for the rest.
+            let mut candidates = many
                 .iter()
+                .take(bosun_proto::ids::MAX_CANDIDATES)
                 .map(|c| format!("{} ({})", c.id, c.name))
                 .collect::<Vec<_>>()
-                .join(", "),
-        }),
+                .join(", ");
+            if many.len() > bosun_proto::ids::MAX_CANDIDATES {
+                candidates.push_str(", and more");
+            }
+            Err(CtlError::AmbiguousName {
+                kind,
+                name: name.to_owned(),
+                candidates,
+            })
+        }
     }
 }
 
@@ -282,16 +323,25 @@ mod tests {
             candidate(2, "PVE-B"),
             candidate(3, "pve-b"),
         ];
-        assert_eq!(pick("host", "pve-a", &all).unwrap(), Uuid::from_u128(1));
+        assert_eq!(
+            pick(NameKind::Host, "pve-a", &all).unwrap(),
+            Uuid::from_u128(1)
+        );
         // An exact match wins over a case-insensitive one.
-        assert_eq!(pick("host", "pve-b", &all).unwrap(), Uuid::from_u128(3));
-        assert_eq!(pick("host", "PVE-A", &all).unwrap(), Uuid::from_u128(1));
+        assert_eq!(
+            pick(NameKind::Host, "pve-b", &all).unwrap(),
+            Uuid::from_u128(3)
+        );
+        assert_eq!(
+            pick(NameKind::Host, "PVE-A", &all).unwrap(),
+            Uuid::from_u128(1)
+        );
     }
 
     #[test]
     fn an_ambiguous_name_lists_every_candidate_with_its_id() {
         let all = [candidate(1, "web"), candidate(2, "web"), candidate(3, "db")];
-        let err = pick("guest", "web", &all).unwrap_err();
+        let err = pick(NameKind::Guest, "web", &all).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("ambiguous"), "{text}");
         assert!(text.contains(&Uuid::from_u128(1).to_string()), "{text}");
@@ -320,9 +370,9 @@ mod tests {
             },
         ];
         // A name wins over a prefix.
-        assert_eq!(pick_or_prefix("host", "6ac09cbf", &all).unwrap(), c);
-        assert_eq!(pick_or_prefix("host", "01a213eb", &all).unwrap(), c);
-        let err = pick_or_prefix("host", "6ac09cbf-0000", &all).unwrap_err();
+        assert_eq!(pick_or_prefix(NameKind::Host, "6ac09cbf", &all).unwrap(), c);
+        assert_eq!(pick_or_prefix(NameKind::Host, "01a213eb", &all).unwrap(), c);
+        let err = pick_or_prefix(NameKind::Host, "6ac09cbf-0000", &all).unwrap_err();
         assert_eq!(err.exit_code(), crate::error::exit::INPUT);
         let text = err.to_string();
         assert!(
@@ -330,14 +380,50 @@ mod tests {
             "{text}"
         );
         let end = "6ac09cbf-0000-4000-8000-00000000000";
-        assert_eq!(pick_or_prefix("host", &format!("{end}2"), &all).unwrap(), b);
-        let err = pick_or_prefix("host", "ffff0000", &all).unwrap_err();
+        assert_eq!(
+            pick_or_prefix(NameKind::Host, &format!("{end}2"), &all).unwrap(),
+            b
+        );
+        let err = pick_or_prefix(NameKind::Host, "ffff0000", &all).unwrap_err();
         assert_eq!(err.exit_code(), crate::error::exit::NOT_FOUND);
     }
 
     #[test]
+    fn an_ambiguous_prefix_lists_at_most_ten_candidates() {
+        let all: Vec<Candidate> = (0..13)
+            .map(|i| Candidate {
+                id: Uuid::from_u128((0x6ac0_9cbf << 96) | i),
+                name: format!("job-{i}"),
+            })
+            .collect();
+        let text = by_prefix(NameKind::Job, "6ac09cbf", &all)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            text.matches("(job-").count(),
+            bosun_proto::ids::MAX_CANDIDATES,
+            "{text}"
+        );
+        assert!(text.ends_with(", and more"), "{text}");
+    }
+
+    #[test]
+    fn an_unknown_name_says_where_the_names_are_listed() {
+        let err = pick(NameKind::Guest, "nosuch", &[candidate(1, "web")]).unwrap_err();
+        assert!(
+            err.to_string().contains("`bosunctl desired get HOST`"),
+            "{err}"
+        );
+        let err = by_prefix(NameKind::Job, "99999999", &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("`bosunctl job list --host HOST`"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn an_unknown_name_says_so() {
-        let err = pick("host", "nope", &[candidate(1, "pve-a")]).unwrap_err();
+        let err = pick(NameKind::Host, "nope", &[candidate(1, "pve-a")]).unwrap_err();
         assert!(err.to_string().contains("no host named \"nope\""), "{err}");
         assert_eq!(err.exit_code(), crate::error::exit::NOT_FOUND);
     }
@@ -347,9 +433,9 @@ mod tests {
         let id = Uuid::from_u128(7);
         assert_eq!(as_id(&id.to_string()), Some(id));
         assert_eq!(as_id("pve-a"), None);
-        assert!(check_name("host", "").is_err());
-        assert!(check_name("host", "a\u{7}b").is_err());
-        assert!(check_name("host", &"a".repeat(MAX_NAME + 1)).is_err());
-        assert!(check_name("host", "pve-a.example").is_ok());
+        assert!(check_name(NameKind::Host, "").is_err());
+        assert!(check_name(NameKind::Host, "a\u{7}b").is_err());
+        assert!(check_name(NameKind::Host, &"a".repeat(MAX_NAME + 1)).is_err());
+        assert!(check_name(NameKind::Host, "pve-a.example").is_ok());
     }
 }

@@ -127,7 +127,7 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
     lines
 }
 
-fn status_name(status: GuestStatus) -> &'static str {
+pub(crate) fn status_name(status: GuestStatus) -> &'static str {
     match status {
         GuestStatus::Running => "running",
         GuestStatus::Stopped => "stopped",

@@ -8,7 +8,7 @@ use clap::Subcommand;
 use reqwest::Method;
 
 use crate::client::{HubClient, decode};
-use crate::duration::parse_duration;
+use crate::duration::parse_within;
 use crate::error::CtlError;
 use crate::table;
 
@@ -90,7 +90,14 @@ pub async fn run(client: &HubClient, json: bool, command: &TokensCommand) -> Res
                 })?,
                 expires_in_seconds: expires_in
                     .as_deref()
-                    .map(|text| parse_duration("--expires-in", text))
+                    .map(|text| {
+                        parse_within(
+                            "--expires-in",
+                            text,
+                            bosun_proto::operator_token::MIN_EXPIRES_IN_SECONDS,
+                            bosun_proto::operator_token::MAX_EXPIRES_IN_SECONDS,
+                        )
+                    })
                     .transpose()?,
             };
             request.validate().map_err(|e| CtlError::BadArgument {

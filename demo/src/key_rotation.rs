@@ -21,7 +21,7 @@ use super::scenario::check;
 use super::stack::{self, HubInfo};
 use super::{DemoError, children::Children};
 
-/// Runs `bosun-hubd cert ARGS --data out/hub`; gives what it printed.
+/// Runs `bosun-hubd cert …` with `args` and `--data out/hub`; gives what it printed.
 async fn cert(bins: &Path, out: &Path, args: &[&str]) -> Result<String, DemoError> {
     let data = out.join("hub").display().to_string();
     let mut full: Vec<&str> = vec!["cert"];

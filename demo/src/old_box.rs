@@ -271,8 +271,8 @@ pub(super) async fn guests_backed_up(
     show_archives(n, &a.sim, &storage, &k, outcome).await
 }
 
-/// `bosunctl job new|sign|submit --kind force-backup --param storage=…` for one guest; gives
-/// the archive it made.
+/// `bosunctl job new --kind force-backup --param storage=…`, then `job sign` and `job submit`,
+/// for one guest; gives the archive it made.
 async fn force_backup(
     children: &mut Children,
     (bins, out): (&Path, &Path),

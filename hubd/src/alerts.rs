@@ -169,7 +169,8 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::GuestDiskHigh
         | AlertKind::DiskFailing
         | AlertKind::DiskWorn
-        | AlertKind::PoolFillHigh => AlertLog::Warn,
+        | AlertKind::PoolFillHigh
+        | AlertKind::TemperatureHigh => AlertLog::Warn,
         AlertKind::HostRecovered
         | AlertKind::HubConnectivityRestored
         | AlertKind::StorageRecovered
@@ -186,6 +187,7 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::GuestUsageRecovered
         | AlertKind::DiskRecovered
         | AlertKind::PoolFillRecovered
+        | AlertKind::TemperatureRecovered
         | AlertKind::VerifyRecovered
         | AlertKind::BulkProtected
         | AlertKind::BulkBackupRecovered => AlertLog::Info,

@@ -113,10 +113,12 @@ fn real_main() -> anyhow::Result<()> {
         Command::Restore(args) => restore(args),
         Command::Serve(args) => {
             let config = args.hub_config()?;
-            let identity = bosun_hubd::tls::load(&config.tls, &config.data_dir)
-                .context("loading the TLS certificate")?;
-            println!("fingerprint:  {}", identity.fingerprint);
-            println!("key pin:      {}", identity.key_pin);
+            // The pins of the key the hub serves: once a rotation recorded the hub's keys,
+            // the store's active one, not the data directory's files.
+            let serving = |hub: &bosun_hubd::Hub| {
+                println!("fingerprint:  {}", hub.fingerprint());
+                println!("key pin:      {}", hub.key_pin());
+            };
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
             runtime.block_on(async move {
                 let shutdown = async {
@@ -133,7 +135,7 @@ fn real_main() -> anyhow::Result<()> {
                         _ = term.recv() => {}
                     }
                 };
-                bosun_hubd::run(config, shutdown).await
+                bosun_hubd::run(config, serving, shutdown).await
             })?;
             Ok(())
         }

@@ -46,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 58] = [
+const ALERT_KINDS: [AlertKind; 60] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -98,6 +98,8 @@ const ALERT_KINDS: [AlertKind; 58] = [
     AlertKind::DiskRecovered,
     AlertKind::PoolFillHigh,
     AlertKind::PoolFillRecovered,
+    AlertKind::TemperatureHigh,
+    AlertKind::TemperatureRecovered,
     AlertKind::VerifyFailed,
     AlertKind::VerifyOverdue,
     AlertKind::VerifyRecovered,

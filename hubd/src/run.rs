@@ -88,8 +88,12 @@ pub fn init_store(
 }
 
 /// Runs the hub on `config.listen` (and `config.admin_listen`) until `shutdown` resolves.
+/// `serving` is called once the hub is open, before it answers, with the hub: what it tells
+/// (`bosun-hubd serve` prints the fingerprint and key pin) is what the listeners present,
+/// since both come from the one served key ([`Hub::fingerprint`], [`Hub::key_pin`]).
 pub async fn run(
     config: HubConfig,
+    serving: impl FnOnce(&Hub),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), HubError> {
     let bind = |addr: SocketAddr| {
@@ -103,7 +107,12 @@ pub async fn run(
         admin: config.admin_listen.map(bind).transpose()?,
     };
     let hub = Hub::open(config, Arc::new(clock::SystemClock)).await?;
-    tracing::info!(fingerprint = hub.fingerprint(), "tls certificate");
+    tracing::info!(
+        fingerprint = hub.fingerprint(),
+        key_pin = hub.key_pin(),
+        "tls certificate"
+    );
+    serving(&hub);
     notify_systemd(sd_notify::NotifyState::Ready);
     let outcome = hub.serve(listeners, shutdown).await;
     notify_systemd(sd_notify::NotifyState::Stopping);

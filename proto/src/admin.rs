@@ -534,6 +534,11 @@ pub enum AlertKind {
     PoolFillHigh,
     /// A filling pool fell to its low threshold (resolves `pool_fill_high`).
     PoolFillRecovered,
+    /// A temperature sensor of the node stayed at or above its high: the chip's own limit, or
+    /// the agent's `health.temperature_high_c` for a chip that gives none.
+    TemperatureHigh,
+    /// A hot sensor cooled to its low (resolves `temperature_high`).
+    TemperatureRecovered,
     /// The PBS server's verification of a guest's backup group on a tier failed: a chunk is
     /// missing or does not match its digest (decision 0079).
     VerifyFailed,
@@ -610,6 +615,8 @@ impl AlertKind {
             Self::DiskRecovered => "disk_recovered",
             Self::PoolFillHigh => "pool_fill_high",
             Self::PoolFillRecovered => "pool_fill_recovered",
+            Self::TemperatureHigh => "temperature_high",
+            Self::TemperatureRecovered => "temperature_recovered",
             Self::VerifyFailed => "verify_failed",
             Self::VerifyOverdue => "verify_overdue",
             Self::VerifyRecovered => "verify_recovered",

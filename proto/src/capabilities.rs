@@ -417,10 +417,17 @@ pub fn parse_label(field: &str, text: &str) -> Result<(LabelKey, LabelValue), Va
             reason: format!("`{}` is not key=value", crate::inert::escape(text)),
         });
     };
-    Ok((
-        LabelKey::parse(field, key)?,
-        LabelValue::parse(field, value)?,
-    ))
+    let key = LabelKey::parse(field, key)?;
+    if value.is_empty() {
+        return Err(ValidationError::Invalid {
+            field: field.to_owned(),
+            reason: format!(
+                "`{}=` gives the label no value; a label value is 1 to 63 of A-Z a-z 0-9 . _ -",
+                key.as_str()
+            ),
+        });
+    }
+    Ok((key, LabelValue::parse(field, value)?))
 }
 
 /// Checks a capability word `--capability` takes: `helper`, or `name=value` with a name of

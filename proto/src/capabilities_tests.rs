@@ -147,6 +147,14 @@ fn labels_are_bounded_and_say_their_rule() {
     assert!(err.to_string().contains("a-z 0-9"), "{err}");
     let err = parse_label("label", "site=a b").expect_err("space in value");
     assert!(err.to_string().contains("label value"), "{err}");
+    // An empty value is the value's fault, not the label's.
+    let err = parse_label("label", "site=").expect_err("empty value");
+    assert!(
+        err.to_string().contains("`site=` gives the label no value"),
+        "{err}"
+    );
+    let err = parse_label("label", "=fra").expect_err("empty key");
+    assert!(matches!(err, ValidationError::Empty { .. }), "{err}");
     let err = parse_label("label", "site").expect_err("no =");
     assert!(err.to_string().contains("key=value"), "{err}");
     let long = format!("k={}", "v".repeat(MAX_LABEL_VALUE + 1));

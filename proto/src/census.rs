@@ -197,6 +197,16 @@ pub const DESIRED: &[Entry] = &[
         "start or stop; stopping keeps the guest and its backups",
     ),
     entry(
+        "guests[].provides",
+        MayAdd,
+        "names what the guest offers others, so they start after it; moves and deletes nothing",
+    ),
+    entry(
+        "guests[].requires",
+        MayAdd,
+        "holds a start only behind a guest the same document runs; a requirement nobody running provides or that closes a cycle is refused, not waited on (0099)",
+    ),
+    entry(
         "guests[].golden.volid",
         MayAdd,
         "names an archive to provision from; only one this host built or a signed golden names is restored",

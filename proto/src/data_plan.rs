@@ -4,7 +4,7 @@
 //! target that receives, serves or holds guest data, with its whole identity, every backup
 //! tier (target, cadence, least retention) and so the order disaster recovery looks in, is
 //! this document's to decide. The operator signs the exact bytes with
-//! `ssh-keygen -Y sign -n bosun-policy@v1` (`bosunctl plan sign`); the signed document
+//! `ssh-keygen -Y sign -n bosun-policy@v1` (`bosunctl policy sign-plan`); the signed document
 //! travels in desired state's `data_plan`. The plan is bound to one host and carries a
 //! serial that only rises: the agent keeps the newest plan it has verified and refuses an
 //! older serial, so a hub replaying an earlier plan moves nothing.

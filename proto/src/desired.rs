@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::validate::{self, ValidationError};
 
 mod hot;
+pub mod order;
 pub use hot::{HotVolume, MAX_HOT_VOLUMES};
 pub(crate) use hot::{check_name as check_volume_name, check_path as check_volume_path};
 
@@ -108,6 +109,18 @@ pub struct GuestSpec {
     /// `default`, if any, else the bounds' defaults (decision 0100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_class: Option<String>,
+    /// What the guest provides to others (capability names: 1 to 32 of `[a-z0-9-]`, at most
+    /// 8): a guest requiring one of them starts after it and stops before it ([`order`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
+    pub provides: Vec<String>,
+    /// What the guest requires (capability names, at most 8): it starts only once every
+    /// desired-running guest providing each is running, and stops before them. A requirement
+    /// no guest provides, only stopped guests provide, or that closes a cycle is refused and
+    /// not waited on ([`order`], decision 0099).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
+    pub requires: Vec<String>,
 }
 
 /// Most bulk volumes one guest may declare (`mp0`…`mp7`); bulk and hot volumes together are
@@ -926,6 +939,7 @@ impl GuestSpec {
         if let Some(thresholds) = &self.thresholds {
             thresholds.validate(&at("thresholds"))?;
         }
+        order::validate(self, &at)?;
         if let Some(version) = &self.golden.version {
             crate::golden_recipe::validate_version(&at("golden.version"), version)?;
             if !self.golden.volid.is_empty()

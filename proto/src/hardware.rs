@@ -162,6 +162,35 @@ pub struct Temperature {
     /// The chip's critical temperature for it, when it gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crit: Option<f64>,
+    /// The chip's own high limit for it (`temp<N>_max`), when it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    /// What the agent judges the sensor against, when it has a threshold for it: raised after
+    /// the host's `samples` readings at or above `high`, cleared at or below `low`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged: Option<TemperatureBand>,
+}
+
+/// A sensor's thresholds in °C and where its reading stands against them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TemperatureBand {
+    /// Raised at or above this.
+    pub high: f64,
+    /// Cleared at or below this; below `high`.
+    pub low: f64,
+    /// Whether the sensor is too hot.
+    pub raised: bool,
+    /// When it was raised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<jiff::Timestamp>,
+}
+
+impl Temperature {
+    /// Whether the agent judges it too hot.
+    pub fn raised(&self) -> bool {
+        self.judged.is_some_and(|b| b.raised)
+    }
 }
 
 /// Checks a name: not blank, at most [`MAX_NAME_LEN`] bytes, no control characters.
@@ -257,8 +286,26 @@ pub(crate) fn validate_temperatures(sensors: &[Temperature]) -> Result<(), Valid
         let at = |f: &str| format!("host_health.temperatures[{i}].{f}");
         name(|| at("sensor"), &t.sensor)?;
         celsius(&at("celsius"), t.celsius)?;
-        if let Some(crit) = t.crit {
-            celsius(&at("crit"), crit)?;
+        for (field, value) in [("crit", t.crit), ("max", t.max)] {
+            if let Some(value) = value {
+                celsius(&at(field), value)?;
+            }
+        }
+        if let Some(band) = t.judged {
+            celsius(&at("judged.high"), band.high)?;
+            celsius(&at("judged.low"), band.low)?;
+            if band.low >= band.high {
+                return Err(ValidationError::Invalid {
+                    field: at("judged.low"),
+                    reason: format!("{} is not below high ({})", band.low, band.high),
+                });
+            }
+        }
+        if sensors[..i].iter().any(|other| other.sensor == t.sensor) {
+            return Err(ValidationError::Duplicate {
+                field: "host_health.temperatures".into(),
+                value: t.sensor.clone(),
+            });
         }
     }
     Ok(())

@@ -62,6 +62,13 @@ fn a_full_hardware_report_passes() {
             sensor: "coretemp/Package id 0".into(),
             celsius: 48.0,
             crit: Some(100.0),
+            max: Some(90.0),
+            judged: Some(TemperatureBand {
+                high: 90.0,
+                low: 85.0,
+                raised: false,
+                since: None,
+            }),
         }];
     });
     assert_eq!(h.validate(), Ok(()));
@@ -148,9 +155,41 @@ fn hostile_values_are_refused_by_field() {
                     sensor: String::new(),
                     celsius: 40.0,
                     crit: None,
+                    max: None,
+                    judged: None,
                 }];
             }),
             "host_health.temperatures[0].sensor",
+        ),
+        (
+            health(|h| {
+                h.temperatures = vec![Temperature {
+                    sensor: "nvme/Composite".into(),
+                    celsius: 40.0,
+                    crit: None,
+                    max: None,
+                    judged: Some(TemperatureBand {
+                        high: 70.0,
+                        low: 70.0,
+                        raised: false,
+                        since: None,
+                    }),
+                }];
+            }),
+            "host_health.temperatures[0].judged.low",
+        ),
+        (
+            health(|h| {
+                let sensor = Temperature {
+                    sensor: "nvme/Composite".into(),
+                    celsius: 40.0,
+                    crit: None,
+                    max: None,
+                    judged: None,
+                };
+                h.temperatures = vec![sensor.clone(), sensor];
+            }),
+            "host_health.temperatures",
         ),
     ];
     for (h, field) in table {

@@ -76,6 +76,7 @@ impl HealthLevel {
             | AlertKind::GuestUsageRecovered
             | AlertKind::DiskRecovered
             | AlertKind::PoolFillRecovered
+            | AlertKind::TemperatureRecovered
             | AlertKind::VerifyRecovered
             | AlertKind::BulkProtected
             | AlertKind::BulkBackupRecovered => None,
@@ -96,7 +97,8 @@ impl HealthLevel {
             | AlertKind::GuestCpuHigh
             | AlertKind::GuestMemoryHigh
             | AlertKind::GuestDiskHigh
-            | AlertKind::DiskWorn => Some(Self::Warning),
+            | AlertKind::DiskWorn
+            | AlertKind::TemperatureHigh => Some(Self::Warning),
             AlertKind::HostOverdue
             | AlertKind::HubConnectivitySuspected
             | AlertKind::GuestLost

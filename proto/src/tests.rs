@@ -35,6 +35,18 @@ fn docs_examples_parse_validate_and_round_trip() {
     round_trip::<DesiredState>(example!("desired.json"))
         .validate()
         .unwrap();
+    let ordered = round_trip::<DesiredState>(example!("desired-ordered.json"));
+    ordered.validate().unwrap();
+    let order = crate::desired::order::boot_order(&ordered.guests);
+    assert!(order.refused.is_empty(), "{order:?}");
+    let place = |name: &str| {
+        let guest = ordered.guests.iter().find(|g| g.hostname == name).unwrap();
+        order.position[&guest.guest_id]
+    };
+    assert_eq!(
+        (place("acme-db"), place("acme-app"), place("acme-web")),
+        (1, 2, 3)
+    );
     round_trip::<JobDocument>(example!("job.json"))
         .validate()
         .unwrap();

@@ -43,6 +43,7 @@ mod property;
 mod requests;
 mod role;
 mod setup;
+mod startup;
 mod tasks;
 mod tls;
 mod types;
@@ -77,6 +78,7 @@ pub use requests::{
 };
 pub use role::{BOSUN_AGENT_PRIVILEGES, BOSUN_AGENT_ROLE, BOSUN_AGENT_TOKEN_ID, BOSUN_AGENT_USER};
 pub use setup::{PveSettings, PveSetupError, client_from_settings};
+pub use startup::StartupOrder;
 pub use tasks::{archive_volid_from_log, find_task, read_log, run_task_waiting_out_locks};
 pub use tls::{TlsTrust, format_fingerprint, parse_fingerprint};
 pub use types::{

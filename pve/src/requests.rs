@@ -42,6 +42,8 @@ pub struct CtOptions {
     pub net: BTreeMap<u8, NetConfig>,
     /// Start on boot.
     pub onboot: Option<bool>,
+    /// Where the guest comes in the node's start at boot and stop at shutdown.
+    pub startup: Option<super::startup::StartupOrder>,
     /// Free-text description.
     pub description: Option<String>,
     /// Tags (`pve-tag` each).
@@ -160,6 +162,9 @@ impl CtOptions {
         }
         if let Some(b) = self.onboot {
             out.push(("onboot".into(), bool_param(b)));
+        }
+        if let Some(startup) = self.startup {
+            out.push(("startup".into(), startup.to_string()));
         }
         if let Some(d) = &self.description {
             if d.len() > 8192 {

@@ -8,17 +8,23 @@
 //!
 //! Several fields' values travel in one generation when together they still validate, so the
 //! suite sends a handful of generations, not one per field.
+//!
+//! The poll answer's fields (all cosmetic or signed) get the same kinds of values from a hub
+//! that answers with anything: the values the agent takes several to an answer, the ones it
+//! refuses together; the plan's backups go on and no guest is stopped, destroyed or restored.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_support::pbs_stack::*;
 use agent_support::*;
 use bosun_proto::census;
 use bosun_proto::desired::DesiredState;
+use bosun_proto::poll::PollResponse;
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 
@@ -113,10 +119,20 @@ fn with(
     (places > 0).then_some(out)
 }
 
-/// The largest `n` in `start..=limit` for which `make(n)` validates (`make(limit)` when none
-/// does: the hub refuses it).
-fn largest(start: u64, limit: u64, make: &dyn Fn(u64) -> Option<Value>) -> Option<Value> {
-    let ok = |n: u64| make(n).filter(valid);
+/// Whether the agent takes `answer` as a poll answer: it parses and validates.
+fn answer_taken(answer: &Value) -> bool {
+    serde_json::from_value::<PollResponse>(answer.clone()).is_ok_and(|a| a.validate().is_ok())
+}
+
+/// The largest `n` in `start..=limit` for which `make(n)` is taken (`make(limit)` when none
+/// is: the receiver refuses it).
+fn largest(
+    start: u64,
+    limit: u64,
+    make: &dyn Fn(u64) -> Option<Value>,
+    taken: fn(&Value) -> bool,
+) -> Option<Value> {
+    let ok = |n: u64| make(n).filter(taken);
     let (mut low, mut high) = (start, limit);
     if let Some(doc) = ok(high) {
         return Some(doc);
@@ -135,12 +151,14 @@ fn largest(start: u64, limit: u64, make: &dyn Fn(u64) -> Option<Value>) -> Optio
     ok(low)
 }
 
-/// `base` with `kind` of `path`; `None` where the document has no place for it.
+/// `base` with `kind` of `path`; `None` where the document has no place for it. A maximum is
+/// the largest value the receiver still `taken`.
 fn hostile(
     base: &Value,
     path: &str,
     kind: Hostile,
     fields: &BTreeMap<String, Value>,
+    taken: fn(&Value) -> bool,
 ) -> Option<Value> {
     match kind {
         Hostile::Variant(n) => {
@@ -192,14 +210,21 @@ fn hostile(
                 }),
                 Some(Value::String(text)) => {
                     let first = text.chars().next().unwrap_or('a');
-                    largest(u64::try_from(text.len()).unwrap_or(0), 4096, &|n| {
-                        with(base, path, &mut |o, name| {
-                            o.insert(
-                                name.to_owned(),
-                                json!(first.to_string().repeat(usize::try_from(n).unwrap_or(0))),
-                            );
-                        })
-                    })
+                    largest(
+                        u64::try_from(text.len()).unwrap_or(0),
+                        4096,
+                        &|n| {
+                            with(base, path, &mut |o, name| {
+                                o.insert(
+                                    name.to_owned(),
+                                    json!(
+                                        first.to_string().repeat(usize::try_from(n).unwrap_or(0))
+                                    ),
+                                );
+                            })
+                        },
+                        taken,
+                    )
                 }
                 Some(Value::Array(_) | Value::Object(_)) => None,
                 number => largest(
@@ -210,6 +235,7 @@ fn hostile(
                             o.insert(name.to_owned(), json!(n));
                         })
                     },
+                    taken,
                 ),
             }
         }
@@ -340,6 +366,12 @@ async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
         { "name": "b", "cpu_weight": 100, "cpu_limit_millicores": 1000, "net_rate_mbytes_per_s": 20 },
     ]);
     base["guests"][1]["customer"] = json!({ "customer_id": "other", "display_name": "Other" });
+    // An order, so that its fields have a place in both guests: beta starts after alpha
+    // (decision 0099).
+    base["guests"][0]["provides"] = json!(["db"]);
+    base["guests"][0]["requires"] = json!([]);
+    base["guests"][1]["provides"] = json!([]);
+    base["guests"][1]["requires"] = json!(["db"]);
     assert!(valid(&base), "the base document validates");
     assert!(
         hub_stores(&s, &base).await,
@@ -374,7 +406,7 @@ async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
             let mut taken = Vec::new();
             let mut left = Vec::new();
             for path in pending {
-                let Some(alone) = hostile(&base, path, kind, &schemas) else {
+                let Some(alone) = hostile(&base, path, kind, &schemas, valid) else {
                     fates.push((path, kind, Fate::NoPlace));
                     continue;
                 };
@@ -382,7 +414,7 @@ async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
                     fates.push((path, kind, Fate::Refused));
                     continue;
                 }
-                match hostile(&doc, path, kind, &schemas).filter(valid) {
+                match hostile(&doc, path, kind, &schemas, valid).filter(valid) {
                     Some(next) => {
                         doc = next;
                         taken.push(path);
@@ -474,4 +506,171 @@ async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
     }
     s.agent.stop().await;
     s.hub.stop().await;
+}
+
+/// Backups the simulator ran to the plan's tier 0 (the node's `local`).
+fn local_backups(sim: &bosun_pvesim::SimHandle) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/vzdump"))
+        .filter(|r| r.params.iter().any(|(k, v)| k == "storage" && v == "local"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_field_of_the_poll_answer_breaks_the_signed_plans_promises() {
+    // Two running guests under a plan that backs them up to `local` every 5 s, behind a hub
+    // that answers polls with anything.
+    let sim = start_sim(bosun_pvesim::SimConfig::fast()).await;
+    let hub = agent_support::hostile_hub::HostileHub::start().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some("census-enroll"));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let guests = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    let mut desired = desired(
+        &sim,
+        &[(guests[0], "alpha"), (guests[1], "beta")],
+        "running",
+    );
+    hub.set_desired(desired.clone());
+    let mut vmids = Vec::new();
+    for guest in guests {
+        vmids.push(running_vmid(&agent.handles.reconcile, guest).await);
+    }
+    desired["backup_policy"]["schedule"] = json!("*:*:0/5");
+    desired["data_plan"] = agent_support::signing::signed_plan(&agent_support::signing::plan_of(
+        &desired,
+        hub.host_id,
+    ));
+    hub.set_desired(desired);
+    let first = local_backups(&sim);
+    eventually(
+        Duration::from_secs(30),
+        "the plan's first backup",
+        || async { local_backups(&sim) > first },
+    )
+    .await;
+    let (destroyed, restored) = (destructive(&sim).len(), agent_restores(&sim).len());
+
+    // Every optional field of the answer present, so that each has a place to be hostile in.
+    let complete = |answer: &mut Value| {
+        answer["correlation_id"] = json!("census-generation");
+        answer["config"]["update_window"] = json!({ "start": "03:00", "duration_minutes": 60 });
+        answer["hub_pins"] = json!([format!("spki:{}", "ab".repeat(32))]);
+        answer["rotate_host_key"] = json!(false);
+        answer["next_host_key_sha256"] = json!("cd".repeat(32));
+    };
+    let mut sample = json!({
+        "schema": "bosun.poll-response/v1", "generation": 1, "desired": null, "jobs": [],
+        "config": { "poll_interval_seconds": 1, "long_poll_seconds": 1 },
+        "audit_acked_seq": 0, "report_seq": 0, "full_report": false,
+    });
+    complete(&mut sample);
+    assert!(
+        answer_taken(&sample),
+        "the complete answer is one the agent takes"
+    );
+    let schemas = census::schema::poll_answer_fields().unwrap();
+    let fields: Vec<&census::Entry> = census::POLL_ANSWER
+        .iter()
+        .filter(|e| e.class == census::FieldClass::Cosmetic)
+        .collect();
+    assert!(fields.len() >= 10, "the census names the answer's fields");
+    // The largest poll interval keeps the agent away for five minutes: sent last.
+    let slowest = |path: &str, kind: Hostile| {
+        path == "config.poll_interval_seconds" && kind == Hostile::Maximum
+    };
+    // Per kind: the values the agent takes, several to an answer while it still takes them;
+    // then the values it refuses, together in one answer (it refuses the whole answer).
+    let mut batches: Vec<(Hostile, Vec<&str>)> = Vec::new();
+    let mut last = None;
+    for kind in KINDS {
+        let mut refused = Vec::new();
+        let mut pending: Vec<&str> = Vec::new();
+        for entry in &fields {
+            match hostile(&sample, entry.path, kind, &schemas, answer_taken) {
+                None => {}
+                Some(_) if slowest(entry.path, kind) => last = Some((kind, vec![entry.path])),
+                Some(alone) if !answer_taken(&alone) => refused.push(entry.path),
+                Some(_) => pending.push(entry.path),
+            }
+        }
+        while !pending.is_empty() {
+            let mut answer = sample.clone();
+            let (mut taken, mut left) = (Vec::new(), Vec::new());
+            for path in pending {
+                match hostile(&answer, path, kind, &schemas, answer_taken).filter(answer_taken) {
+                    Some(next) => {
+                        answer = next;
+                        taken.push(path);
+                    }
+                    None => left.push(path),
+                }
+            }
+            if taken.is_empty() {
+                break;
+            }
+            batches.push((kind, taken));
+            pending = left;
+        }
+        if !refused.is_empty() {
+            batches.push((kind, refused));
+        }
+    }
+    batches.extend(last);
+    let mut sent = 0;
+    for (kind, paths) in &batches {
+        sent += paths.len();
+        let (kind, paths_owned) = (
+            *kind,
+            paths.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>(),
+        );
+        let schemas = schemas.clone();
+        let rewrite: agent_support::hostile_hub::Rewrite = Arc::new(move |answer: &mut Value| {
+            complete(answer);
+            for path in &paths_owned {
+                if let Some(next) = hostile(answer, path, kind, &schemas, answer_taken) {
+                    *answer = next;
+                }
+            }
+        });
+        let polled = hub.script.lock().polls.len();
+        hub.script.lock().rewrite = Some(rewrite);
+        eventually(
+            Duration::from_secs(30),
+            "the agent polls the hostile answer",
+            || async { hub.script.lock().polls.len() > polled },
+        )
+        .await;
+        let before = local_backups(&sim);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let backups = local_backups(&sim) - before;
+        eprintln!(
+            "answer ({kind:?} of {paths:?}): {backups} backups in 8 s (the plan: 2 guests every 5 s)"
+        );
+        assert!(
+            backups >= 2,
+            "{kind:?} of {paths:?}: the plan's backups stopped: {backups} in 8 s"
+        );
+        assert_eq!(
+            destructive(&sim).len(),
+            destroyed,
+            "{kind:?} of {paths:?} destroyed a guest"
+        );
+        assert_eq!(
+            agent_restores(&sim).len(),
+            restored,
+            "{kind:?} of {paths:?} restored"
+        );
+        for vmid in &vmids {
+            assert_eq!(
+                sim.guest_running(*vmid),
+                Some(true),
+                "{kind:?} of {paths:?} stopped guest {vmid}"
+            );
+        }
+    }
+    eprintln!("{sent} hostile answer values in {} answers", batches.len());
+    assert!(sent >= fields.len() * 2, "too few hostile answers: {sent}");
+    agent.stop().await;
+    hub.shutdown();
 }

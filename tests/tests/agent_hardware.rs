@@ -8,7 +8,8 @@
 //! - with no configuration, every disk of the node and the thin pool are reported from
 //!   Proxmox's disk API; a disk the simulator degrades opens `disk_failing` and `disk_worn`,
 //!   a thin pool's metadata filling opens `pool_fill_high`, and all recover when healed;
-//!   the temperature sensors of `hwmon_dir` are reported.
+//!   the temperature sensors of `hwmon_dir` are reported, and one that reaches its chip's own
+//!   `max` opens `temperature_high` and recovers as it cools.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
@@ -196,6 +197,8 @@ async fn the_nodes_disks_and_pools_are_read_without_configuration_and_raise_when
     std::fs::write(hwmon.join("hwmon0/name"), "coretemp\n").unwrap();
     std::fs::write(hwmon.join("hwmon0/temp1_input"), "47000\n").unwrap();
     std::fs::write(hwmon.join("hwmon0/temp1_label"), "Package id 0\n").unwrap();
+    std::fs::write(hwmon.join("hwmon0/temp1_max"), "90000\n").unwrap();
+    std::fs::write(hwmon.join("hwmon0/temp1_crit"), "100000\n").unwrap();
     append_config(
         &files,
         &format!(
@@ -269,10 +272,23 @@ async fn the_nodes_disks_and_pools_are_read_without_configuration_and_raise_when
         "{filling:?}"
     );
 
-    // Healed: a new disk, the pool's metadata extended.
+    // The CPU package reaches its chip's own limit.
+    assert!(alerts(&hub, "temperature_high").await.is_empty());
+    std::fs::write(hwmon.join("hwmon0/temp1_input"), "93000\n").unwrap();
+    let hot = alerted(&hub, "temperature_high", 1).await;
+    assert!(
+        hot[0]["message"].as_str().unwrap().contains(
+            "coretemp/Package id 0 on host vm reads 93 °C (raised at 90 °C or more, clears at 85 °C or less; the chip's critical point is 100 °C)"
+        ),
+        "{hot:?}"
+    );
+
+    // Healed: a new disk, the pool's metadata extended, the CPU cooled.
     sim.set_hardware(Hardware::default()).unwrap();
+    std::fs::write(hwmon.join("hwmon0/temp1_input"), "61000\n").unwrap();
     alerted(&hub, "disk_recovered", 2).await;
     alerted(&hub, "pool_fill_recovered", 1).await;
+    alerted(&hub, "temperature_recovered", 1).await;
     assert_eq!(
         alerts(&hub, "disk_failing").await.len(),
         1,

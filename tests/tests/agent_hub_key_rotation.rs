@@ -5,6 +5,10 @@
 //! agent a single failed poll. An agent that slept
 //! through the whole rotation refuses the hub's new key and says it must be enrolled again;
 //! a whole agent restarted after the retirement trusts the new key from its journal.
+//!
+//! The real `bosun-hubd` binary through the same rotation, and through a backup and restore:
+//! at every start `serve` prints the key pin of the certificate its TLS listener presents
+//! (what the operator guide says to pin), and `bosunctl` pinning that printed value connects.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 use crate::agent_support;
@@ -13,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use agent_support::hubd_binary::{self, field, free_port, hubd};
 use agent_support::{InProcessAgent, RealHub, agent_files, eventually, start_sim};
 use bosun_agentd::links::hub_client::client::HubClient;
 use bosun_agentd::links::hub_client::pins::HubPins;
@@ -303,4 +308,121 @@ fn whole_files_host(files: &agent_support::AgentFiles) -> Uuid {
         .unwrap()
         .unwrap()
         .host_id
+}
+
+/// `bosunctl hosts list` against the hub on `port`, pinning `pin`: its exit code.
+async fn bosunctl_pinning(port: u16, pin: &str, token: &str, home: &std::path::Path) -> i32 {
+    let url = format!("https://127.0.0.1:{port}");
+    let child = tokio::process::Command::new(hubd_binary::binary("bosunctl"))
+        .args(["--hub-url", &url, "--fingerprint", pin, "hosts", "list"])
+        .env_clear()
+        .env("HOME", home)
+        .env("BOSUN_ADMIN_TOKEN", token)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("bosunctl finishes within a minute")
+        .unwrap();
+    out.status.code().unwrap_or(-1)
+}
+
+/// Starts `bosun-hubd serve` on `data` and checks what it printed against what it serves: the
+/// printed key pin is the presented certificate's, and `bosunctl` pinning it connects. Gives
+/// the printed pin.
+async fn serve_and_check(
+    data: &std::path::Path,
+    token: &str,
+    home: &std::path::Path,
+    after: &str,
+) -> String {
+    let port = free_port();
+    let served = hubd_binary::serve(data, port);
+    let printed = field(&served.printed, "key pin:").to_owned();
+    let presented = hubd_binary::presented_key(port).await.to_string();
+    assert_eq!(
+        printed, presented,
+        "after {after}: `serve` printed another key than it serves"
+    );
+    assert_eq!(
+        bosunctl_pinning(port, &printed, token, home).await,
+        0,
+        "after {after}: bosunctl pinning the printed key pin"
+    );
+    printed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_prints_the_key_it_serves_through_a_rotation_and_a_restore() {
+    agent_support::install_crypto();
+    let scratch = tempfile::tempdir().unwrap();
+    let (data, home) = (scratch.path().join("hub"), scratch.path().join("home"));
+    std::fs::create_dir(&home).unwrap();
+    let init = hubd(&["init"], &data);
+    let (first, token) = (
+        field(&init, "key pin:").to_owned(),
+        field(&init, "admin token:").to_owned(),
+    );
+    assert_eq!(serve_and_check(&data, &token, &home, "init").await, first);
+
+    // Stage and publish: the first key is still the one served.
+    let document = scratch.path().join("hub-pins.json");
+    let staged = hubd(
+        &[
+            "cert",
+            "rotate",
+            "stage",
+            "--document",
+            document.to_str().unwrap(),
+        ],
+        &data,
+    );
+    let next = field(&staged, "staged:").to_owned();
+    assert_ne!(next, first);
+    assert_eq!(serve_and_check(&data, &token, &home, "stage").await, first);
+    let signature = agent_support::signing::sign_policy(&std::fs::read(&document).unwrap());
+    std::fs::write(scratch.path().join("hub-pins.json.sig"), signature).unwrap();
+    hubd(
+        &[
+            "cert",
+            "rotate",
+            "publish",
+            "--document",
+            document.to_str().unwrap(),
+        ],
+        &data,
+    );
+    assert_eq!(
+        serve_and_check(&data, &token, &home, "publish").await,
+        first
+    );
+
+    // Activate: the new key is served, and printed, though the data directory's files still
+    // hold the first; the first pin no longer reaches the hub (bosunctl exits 5).
+    assert_eq!(
+        field(&hubd(&["cert", "rotate", "activate"], &data), "active:"),
+        next
+    );
+    assert_eq!(
+        serve_and_check(&data, &token, &home, "activate").await,
+        next
+    );
+    {
+        let port = free_port();
+        let _served = hubd_binary::serve(&data, port);
+        assert_eq!(bosunctl_pinning(port, &first, &token, &home).await, 5);
+    }
+    hubd(&["cert", "rotate", "retire"], &data);
+    assert_eq!(serve_and_check(&data, &token, &home, "retire").await, next);
+
+    // A backup restored on a new data directory serves the key the hub served, and says so.
+    let archive = scratch.path().join("hub-backup.tar");
+    hubd(&["backup", "--out", archive.to_str().unwrap()], &data);
+    std::fs::remove_dir_all(&data).unwrap();
+    hubd(&["restore", "--from", archive.to_str().unwrap()], &data);
+    assert_eq!(serve_and_check(&data, &token, &home, "restore").await, next);
 }

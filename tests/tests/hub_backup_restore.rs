@@ -19,13 +19,12 @@
 
 use crate::agent_support;
 
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use agent_support::hubd_binary::{field, free_port, hubd, serve};
 use agent_support::{InProcessAgent, agent_files, desired, eventually, start_sim};
 use bosun_agentd::links::hub_client::client::HubClient;
 use bosun_pin::{Pin, Trust};
@@ -40,90 +39,6 @@ use uuid::Uuid;
 
 /// Light agents beside the two whole ones: twenty hosts in all.
 const LIGHT_AGENTS: usize = 18;
-
-/// `target/<profile>/NAME`, built by `cargo build --workspace --bins`.
-fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from target/<profile>/deps")
-        .join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",
-        path.display()
-    );
-    path
-}
-
-/// Runs `bosun-hubd ARGS`, which must succeed; returns what it printed.
-fn hubd(args: &[&str], data: &Path) -> String {
-    let out = Command::new(binary("bosun-hubd"))
-        .args(args)
-        .arg("--data")
-        .arg(data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bosun-hubd {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The value of the `name` line `bosun-hubd` printed.
-fn field<'a>(printed: &'a str, name: &str) -> &'a str {
-    printed
-        .lines()
-        .find_map(|line| line.strip_prefix(name))
-        .unwrap_or_else(|| panic!("no `{name}` in {printed}"))
-        .trim()
-}
-
-/// `bosun-hubd serve`, killed when dropped (SIGKILL: the hub is lost, not stopped).
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Serves `data` on `port` and waits until it listens. Its log is drained on a thread.
-fn serve(data: &Path, port: u16) -> Served {
-    let mut child = Command::new(binary("bosun-hubd"))
-        // A 1 s poll interval for new hosts: agents pace host-key rotations at ten of them.
-        .args([
-            "serve",
-            "--poll-interval",
-            "1",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data",
-        ])
-        .arg(data)
-        .env("BOSUN_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (listening, ready) = std::sync::mpsc::channel();
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if line.contains("addr=") {
-                let _ = listening.send(());
-            }
-        }
-    });
-    ready
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the hub logs its address");
-    Served(child)
-}
 
 /// The admin API, as `bosunctl` reaches it.
 struct Admin {
@@ -278,11 +193,7 @@ async fn a_hub_restored_from_its_backup_keeps_every_agent_it_knew() {
     let init = hubd(&["init"], &data);
     let pin = field(&init, "fingerprint:").to_owned();
     let token = field(&init, "admin token:").to_owned();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("https://127.0.0.1:{port}");
     let hub = serve(&data, port);
     let admin = Admin {

@@ -17,6 +17,9 @@
 //! pool_low_percent = 80                     # raised at or above, cleared at or below
 //! wear_percent = 80                         # a disk with this much wear used is worn (1–100)
 //! hwmon_dir = "/sys/class/hwmon"            # the node's temperature sensors (read as is)
+//! temperature_high_c = 85                   # a sensor with no limit of its own is too hot at
+//!                                           # or above this (20–150; absent: not judged)
+//! temperature_hysteresis_c = 5              # cleared this far below its high (1–30)
 //!
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"  # cloudflared's --metrics address; loopback
@@ -57,6 +60,11 @@ pub struct HealthSettings {
     pub wear_percent: u8,
     /// Where the kernel lists its hardware monitors (temperatures).
     pub hwmon_dir: std::path::PathBuf,
+    /// The high of a sensor whose chip gives neither a `max` nor a `crit`, in °C; such a
+    /// sensor is not judged without it.
+    pub temperature_high_c: Option<u16>,
+    /// How far below its high a hot sensor clears, in °C.
+    pub temperature_hysteresis_c: u16,
 }
 
 /// A gauge's thresholds, as shares.
@@ -111,6 +119,8 @@ impl Default for HealthSettings {
             },
             wear_percent: 80,
             hwmon_dir: std::path::PathBuf::from("/sys/class/hwmon"),
+            temperature_high_c: None,
+            temperature_hysteresis_c: 5,
         }
     }
 }
@@ -133,6 +143,8 @@ pub(crate) struct RawHealth {
     pool_low_percent: Option<u8>,
     wear_percent: Option<u8>,
     hwmon_dir: Option<std::path::PathBuf>,
+    temperature_high_c: Option<u16>,
+    temperature_hysteresis_c: Option<u16>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,7 +294,30 @@ impl RawHealth {
             )?,
             wear_percent: self.wear_percent(d.wear_percent)?,
             hwmon_dir: self.hwmon_dir(d.hwmon_dir)?,
+            temperature_high_c: self.temperature_high_c()?,
+            temperature_hysteresis_c: self.temperature_hysteresis_c(d.temperature_hysteresis_c)?,
         })
+    }
+
+    fn temperature_high_c(&self) -> Result<Option<u16>, ConfigError> {
+        match self.temperature_high_c {
+            Some(high) if !(20..=150).contains(&high) => Err(invalid(
+                "health.temperature_high_c",
+                format!("{high} is outside 20..=150"),
+            )),
+            high => Ok(high),
+        }
+    }
+
+    fn temperature_hysteresis_c(&self, default: u16) -> Result<u16, ConfigError> {
+        let hysteresis = self.temperature_hysteresis_c.unwrap_or(default);
+        if !(1..=30).contains(&hysteresis) {
+            return Err(invalid(
+                "health.temperature_hysteresis_c",
+                format!("{hysteresis} is outside 1..=30"),
+            ));
+        }
+        Ok(hysteresis)
     }
 
     fn wear_percent(&self, default: u8) -> Result<u8, ConfigError> {

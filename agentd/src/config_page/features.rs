@@ -278,6 +278,20 @@ pub(super) const HEALTH: ConfigTable = ConfigTable {
             "\"/sys/class/hwmon\"",
             "Where the node's temperature sensors are read (no root needed).",
         ),
+        key(
+            "temperature_high_c",
+            "integer (°C)",
+            "absent: not judged",
+            "85",
+            "The high of a sensor whose chip gives neither a max nor a crit (20 to 150); a chip's own max, or 5 °C under its crit, comes first. Raises temperature_high.",
+        ),
+        key(
+            "temperature_hysteresis_c",
+            "integer (°C)",
+            "5",
+            "5",
+            "How far under its high a hot sensor clears (1 to 30).",
+        ),
     ],
 };
 

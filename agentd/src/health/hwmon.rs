@@ -62,10 +62,21 @@ pub fn read(dir: &Path) -> Vec<Temperature> {
             if sensor.len() > MAX_NAME_LEN {
                 sensor = sensor.chars().take(64).collect();
             }
+            // Two chips of one driver (two NVMe drives) label their sensors alike: the
+            // chip's directory tells them apart, so each sensor has its own name.
+            if out.iter().any(|t: &Temperature| t.sensor == sensor) {
+                let dir = chip
+                    .file_name()
+                    .map(|d| super::smart::clean(&d.to_string_lossy()))
+                    .unwrap_or_default();
+                sensor = format!("{} ({dir})", sensor.chars().take(40).collect::<String>());
+            }
             out.push(Temperature {
                 sensor,
                 celsius: reading,
                 crit: celsius(&chip.join(format!("temp{i}_crit"))),
+                max: celsius(&chip.join(format!("temp{i}_max"))),
+                judged: None,
             });
             if out.len() == MAX_SENSORS {
                 return out;
@@ -94,8 +105,18 @@ mod tests {
         std::fs::create_dir(&evil).unwrap();
         std::fs::write(evil.join("name"), "\u{1b}[31mnvme").unwrap();
         std::fs::write(evil.join("temp1_input"), "-5000").unwrap();
+        let twin = dir.path().join("hwmon2");
+        std::fs::create_dir(&twin).unwrap();
+        std::fs::write(twin.join("name"), "\u{1b}[31mnvme").unwrap();
+        std::fs::write(twin.join("temp1_input"), "41000").unwrap();
+        std::fs::write(twin.join("temp1_max"), "70000").unwrap();
         let read = read(dir.path());
-        assert_eq!(read.len(), 2, "{read:?}");
+        assert_eq!(read.len(), 3, "{read:?}");
+        assert_eq!(
+            read[2].sensor, " [31mnvme/temp1 (hwmon2)",
+            "two chips alike"
+        );
+        assert_eq!((read[2].max, read[0].max), (Some(70.0), None));
         assert_eq!(read[0].sensor, "coretemp/Package id 0");
         assert_eq!((read[0].celsius, read[0].crit), (48.0, Some(100.0)));
         assert_eq!(read[1].sensor, " [31mnvme/temp1");

@@ -18,6 +18,7 @@ pub mod health_task;
 pub mod hwmon;
 mod node_loops;
 pub mod smart;
+pub mod temperature;
 pub mod tunnel;
 
 use bosun_proto::health::{HostHealth, SmartState};
@@ -47,6 +48,8 @@ pub struct Alarms {
     disks: Vec<(String, SmartState, bool)>,
     /// Each pool's fill.
     pools: Vec<(String, bool)>,
+    /// Each judged sensor's heat.
+    temperatures: Vec<(String, bool)>,
 }
 
 impl HealthFacts {
@@ -80,6 +83,12 @@ impl HealthFacts {
                 .iter()
                 .flat_map(|h| &h.pools)
                 .map(|p| (p.name.clone(), p.raised()))
+                .collect(),
+            temperatures: host
+                .iter()
+                .flat_map(|h| &h.temperatures)
+                .filter(|t| t.judged.is_some())
+                .map(|t| (t.sensor.clone(), t.raised()))
                 .collect(),
         }
     }

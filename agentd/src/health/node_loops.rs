@@ -1,6 +1,6 @@
 //! The health task's loops over the node's hardware and its guests' usage: the usage loop (each
 //! `health.interval`: the guests desired state gives thresholds, the LVM-thin and ZFS pools, the
-//! temperature sensors) and the disks loop (each `health.smart_interval`: every disk of
+//! temperature sensors against their limits) and the disks loop (each `health.smart_interval`: every disk of
 //! Proxmox's disk list with its SMART data). Both keep their last readings when a read fails,
 //! and log a failing source once per change of its error, not once per sample.
 
@@ -15,6 +15,7 @@ use super::guest_gauges::{self, GuestGauges};
 use super::hardware::{self, PoolGauges};
 use super::health_task::HealthTask;
 use super::hwmon;
+use super::temperature::TemperatureGauges;
 
 /// The last error of each source read, so a lasting failure is logged once.
 #[derive(Debug, Default)]
@@ -48,13 +49,15 @@ impl<P: Pve + 'static> HealthTask<P> {
         let s = &self.settings;
         let mut guests = GuestGauges::new(s.samples);
         let mut pools = PoolGauges::new(s.pool, s.samples);
+        let mut heat =
+            TemperatureGauges::new(s.samples, s.temperature_high_c, s.temperature_hysteresis_c);
         let mut failures = Failures::default();
         loop {
             let sampled = tokio::select! {
                 () = cancel.cancelled() => return,
                 sampled = self.sample_usage(&mut guests, &mut pools, &mut failures) => sampled,
             };
-            let temperatures = sampled;
+            let temperatures = heat.observe(sampled, self.clock.now());
             let (guest_report, pool_report) = (guests.report(), pools.report());
             self.facts.send_modify(|f| {
                 let health = f.host.get_or_insert_with(HostHealth::default);

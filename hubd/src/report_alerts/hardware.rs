@@ -2,7 +2,8 @@
 //! `guest_disk_high` (subject: the guest id) while a guest's gauge against its own thresholds
 //! is `raised`; `disk_failing` and `disk_worn` (subject: the device) while a disk of Proxmox's
 //! disk list is `failing` or `worn`; `pool_fill_high` (subject: `<kind>:<name>`, e.g.
-//! `lvmthin:pve/data`) while a pool's data or metadata fill is `raised`.
+//! `lvmthin:pve/data`) while a pool's data or metadata fill is `raised`; `temperature_high`
+//! (subject: the sensor) while a judged temperature sensor is `raised`.
 //!
 //! As for the host's gauges, the agent applies the hysteresis and the hub follows what it says.
 //! Each resolves as recovered when the report shows the gauge, disk or pool healthy again, and
@@ -10,7 +11,7 @@
 //! or pool no longer listed). Every text here came from a host: it is cut short here and
 //! escaped wherever it is shown.
 
-use bosun_proto::hardware::{DiskHealth, GuestHealth, PoolHealth};
+use bosun_proto::hardware::{DiskHealth, GuestHealth, PoolHealth, Temperature};
 use bosun_proto::health::{GaugeHealth, SmartState};
 use bosun_proto::report::StateReport;
 use uuid::Uuid;
@@ -43,6 +44,15 @@ fn pools(report: &StateReport) -> impl Iterator<Item = &PoolHealth> {
     report.host_health.iter().flat_map(|h| &h.pools)
 }
 
+fn sensors(report: &StateReport) -> impl Iterator<Item = &Temperature> {
+    report.host_health.iter().flat_map(|h| &h.temperatures)
+}
+
+/// °C as an alert says it.
+fn degrees(celsius: f64) -> String {
+    format!("{celsius:.0} °C")
+}
+
 /// A pool's subject.
 pub fn pool_subject(pool: &PoolHealth) -> String {
     bounded(&format!("{}:{}", pool.kind.as_str(), pool.name), MAX_TEXT)
@@ -57,10 +67,12 @@ fn gauge_of<'a>(guest: &'a GuestHealth, gauge: &str) -> Option<&'a GaugeHealth> 
 }
 
 /// What raises or clears a hardware alert in a report: each guest's raised gauges, each
-/// disk's verdict and wear, each pool's fill. Part of [`super::health::Verdict`].
+/// disk's verdict and wear, each pool's fill, each judged sensor's heat. Part of
+/// [`super::health::Verdict`].
 pub type HardwareVerdict = (
     Vec<(Uuid, [bool; 3])>,
     Vec<(String, bool, bool)>,
+    Vec<(String, bool)>,
     Vec<(String, bool)>,
 );
 
@@ -77,8 +89,13 @@ pub fn verdict_of(health: Option<&bosun_proto::health::HostHealth>) -> HardwareV
             .flat_map(|h| &h.disks)
             .map(|d| (d.device.clone(), d.state == SmartState::Failing, d.worn))
             .collect(),
-        h.flat_map(|h| &h.pools)
+        h.clone()
+            .flat_map(|h| &h.pools)
             .map(|p| (pool_subject(p), p.raised()))
+            .collect(),
+        h.flat_map(|h| &h.temperatures)
+            .filter(|t| t.judged.is_some())
+            .map(|t| (bounded(&t.sensor, MAX_TEXT), t.raised()))
             .collect(),
     )
 }
@@ -139,6 +156,34 @@ pub(super) fn conditions(hostname: &str, report: &StateReport) -> Vec<Condition>
                 "metadata_usage": pool.metadata.map(|m| m.usage),
                 "high": pool.data.high,
                 "low": pool.data.low,
+            }),
+        });
+    }
+    for sensor in sensors(report) {
+        let Some(band) = sensor.judged.filter(|b| b.raised) else {
+            continue;
+        };
+        let subject = bounded(&sensor.sensor, MAX_TEXT);
+        out.push(Condition {
+            kind: WatchKind::TemperatureHigh,
+            subject: subject.clone(),
+            message: format!(
+                "temperature sensor {subject} on host {hostname} reads {} (raised at {} or more, clears at {} or less{})",
+                degrees(sensor.celsius),
+                degrees(band.high),
+                degrees(band.low),
+                sensor
+                    .crit
+                    .map_or_else(String::new, |c| format!("; the chip's critical point is {}", degrees(c)))
+            ),
+            detail: serde_json::json!({
+                "sensor": subject,
+                "celsius": sensor.celsius,
+                "high": band.high,
+                "low": band.low,
+                "crit": sensor.crit,
+                "max": sensor.max,
+                "since": band.since,
             }),
         });
     }
@@ -242,6 +287,28 @@ pub(super) fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport)
                 ),
             ),
         },
+        WatchKind::TemperatureHigh => {
+            match sensors(report)
+                .filter(|t| t.judged.is_some())
+                .find(|t| bounded(&t.sensor, MAX_TEXT) == open.subject)
+            {
+                Some(t) => (
+                    true,
+                    format!(
+                        "temperature sensor {} on host {hostname} is down to {}",
+                        open.subject,
+                        degrees(t.celsius)
+                    ),
+                ),
+                None => (
+                    false,
+                    format!(
+                        "temperature sensor {} is no longer judged by host {hostname}",
+                        open.subject
+                    ),
+                ),
+            }
+        }
         _ => guest_resolution(hostname, open, report),
     }
 }

@@ -1,5 +1,5 @@
 use bosun_proto::admin::AlertKind;
-use bosun_proto::hardware::PoolKind;
+use bosun_proto::hardware::{PoolKind, TemperatureBand};
 use bosun_proto::health::HostHealth;
 use bosun_proto::report::{HostMetrics, Versions};
 use jiff::Timestamp;
@@ -239,6 +239,88 @@ fn a_filling_pool_opens_one_alert_on_data_or_metadata() {
     assert_eq!(done.resolve[0].event_kind(), "pool_fill_recovered");
 }
 
+fn sensor(celsius: f64, raised: bool) -> Temperature {
+    Temperature {
+        sensor: "nvme/Composite <b>".into(),
+        celsius,
+        crit: Some(85.0),
+        max: None,
+        judged: Some(TemperatureBand {
+            high: 80.0,
+            low: 75.0,
+            raised,
+            since: raised.then(|| at("2026-03-01T10:00:00Z")),
+        }),
+    }
+}
+
+#[test]
+fn a_hot_sensor_opens_one_alert_until_it_cools_or_is_no_longer_judged() {
+    let hot = report(HostHealth {
+        temperatures: vec![sensor(83.0, true)],
+        ..HostHealth::default()
+    });
+    let first = judge(&[], &hot);
+    assert_eq!(first.raise.len(), 1);
+    let raised = &first.raise[0];
+    assert_eq!(
+        (raised.kind, raised.subject.as_str()),
+        (WatchKind::TemperatureHigh, "nvme/Composite <b>")
+    );
+    assert_eq!(raised.kind.alert_kind(), AlertKind::TemperatureHigh);
+    assert!(
+        raised.message.contains("reads 83 °C (raised at 80 °C or more, clears at 75 °C or less; the chip's critical point is 85 °C)"),
+        "{}",
+        raised.message
+    );
+    let open = opened(&first);
+    assert!(judge(&open, &hot).is_empty(), "still one alert");
+    // Between low and high the agent keeps it raised: nothing moves.
+    assert!(
+        judge(
+            &open,
+            &report(HostHealth {
+                temperatures: vec![sensor(78.0, true)],
+                ..HostHealth::default()
+            })
+        )
+        .is_empty()
+    );
+    let cooled = judge(
+        &open,
+        &report(HostHealth {
+            temperatures: vec![sensor(70.0, false)],
+            ..HostHealth::default()
+        }),
+    );
+    assert_eq!(cooled.resolve[0].event_kind(), "temperature_recovered");
+    assert!(cooled.resolve[0].recovered);
+    // A sensor reported but no longer judged (its limit gone) clears, not recovers.
+    let mut unjudged = sensor(83.0, false);
+    unjudged.judged = None;
+    let gone = judge(
+        &open,
+        &report(HostHealth {
+            temperatures: vec![unjudged],
+            ..HostHealth::default()
+        }),
+    );
+    assert_eq!(gone.resolve[0].event_kind(), "temperature_high_cleared");
+    // A sensor no judge ever raised opens nothing, however hot.
+    let mut unjudged = sensor(120.0, false);
+    unjudged.judged = None;
+    assert!(
+        judge(
+            &[],
+            &report(HostHealth {
+                temperatures: vec![unjudged],
+                ..HostHealth::default()
+            })
+        )
+        .is_empty()
+    );
+}
+
 #[test]
 fn the_verdict_moves_only_with_what_raises_or_clears() {
     let a = report(HostHealth {
@@ -259,5 +341,18 @@ fn the_verdict_moves_only_with_what_raises_or_clears() {
     assert_ne!(
         super::super::health::verdict(&a),
         super::super::health::verdict(&b)
+    );
+    let (mut c, mut d) = (a.clone(), a.clone());
+    c.host_health.as_mut().unwrap().temperatures = vec![sensor(60.0, false)];
+    d.host_health.as_mut().unwrap().temperatures = vec![sensor(70.0, false)];
+    assert_eq!(
+        super::super::health::verdict(&c),
+        super::super::health::verdict(&d),
+        "a reading alone moves nothing"
+    );
+    d.host_health.as_mut().unwrap().temperatures = vec![sensor(83.0, true)];
+    assert_ne!(
+        super::super::health::verdict(&c),
+        super::super::health::verdict(&d)
     );
 }

@@ -28,6 +28,7 @@
 //! | `guest_cpu_high`, `guest_memory_high`, `guest_disk_high` | a guest's gauge against its own thresholds is `raised` ([`hardware`]) | the gauge is reported not raised (`guest_usage_recovered`) |
 //! | `disk_failing`, `disk_worn` | a disk of Proxmox's disk list is `failing` (health FAILED or an attribute failing now), or `worn` (wear used at or above the agent's `wear_percent`) | it reads healthy, or not worn (`disk_recovered`) |
 //! | `pool_fill_high` | an LVM-thin or ZFS pool's data or metadata fill is `raised` | both are reported not raised (`pool_fill_recovered`) |
+//! | `temperature_high` | a temperature sensor the agent judges is `raised` (its chip's `max`, 5 °C under its `crit`, or the agent's `temperature_high_c`) | it is reported not raised (`temperature_recovered`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
@@ -323,7 +324,8 @@ fn resolution(
         | WatchKind::GuestDiskHigh
         | WatchKind::DiskFailing
         | WatchKind::DiskWorn
-        | WatchKind::PoolFillHigh => hardware::resolution(hostname, open, report),
+        | WatchKind::PoolFillHigh
+        | WatchKind::TemperatureHigh => hardware::resolution(hostname, open, report),
     };
     Resolution {
         open: open.clone(),

@@ -62,6 +62,8 @@ pub enum WatchKind {
     DiskWorn,
     /// An LVM-thin or ZFS pool's data or metadata fill is raised.
     PoolFillHigh,
+    /// A temperature sensor of the node is at or past its high.
+    TemperatureHigh,
     /// The newest PBS verification of a guest's group on a tier failed.
     VerifyFailed,
     /// A guest's group on a tier has had no ok verification for twice the interval.
@@ -74,7 +76,7 @@ pub enum WatchKind {
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 27] = [
+    pub const ALL: [Self; 28] = [
         Self::StorageLost,
         Self::StorageRefused,
         Self::BackupFailed,
@@ -98,6 +100,7 @@ impl WatchKind {
         Self::DiskFailing,
         Self::DiskWorn,
         Self::PoolFillHigh,
+        Self::TemperatureHigh,
         Self::VerifyFailed,
         Self::VerifyOverdue,
         Self::BulkUnprotected,
@@ -130,6 +133,7 @@ impl WatchKind {
             Self::DiskFailing => "disk_failing",
             Self::DiskWorn => "disk_worn",
             Self::PoolFillHigh => "pool_fill_high",
+            Self::TemperatureHigh => "temperature_high",
             Self::VerifyFailed => "verify_failed",
             Self::VerifyOverdue => "verify_overdue",
             Self::BulkUnprotected => "bulk_unprotected",
@@ -168,6 +172,7 @@ impl WatchKind {
             Self::DiskFailing => AlertKind::DiskFailing,
             Self::DiskWorn => AlertKind::DiskWorn,
             Self::PoolFillHigh => AlertKind::PoolFillHigh,
+            Self::TemperatureHigh => AlertKind::TemperatureHigh,
             Self::VerifyFailed => AlertKind::VerifyFailed,
             Self::VerifyOverdue => AlertKind::VerifyOverdue,
             Self::BulkUnprotected => AlertKind::BulkUnprotected,
@@ -196,6 +201,7 @@ impl WatchKind {
             }
             Self::DiskFailing | Self::DiskWorn => AlertKind::DiskRecovered,
             Self::PoolFillHigh => AlertKind::PoolFillRecovered,
+            Self::TemperatureHigh => AlertKind::TemperatureRecovered,
             Self::VerifyFailed | Self::VerifyOverdue => AlertKind::VerifyRecovered,
             Self::BulkUnprotected => AlertKind::BulkProtected,
             Self::BulkBackupFailed => AlertKind::BulkBackupRecovered,
@@ -221,6 +227,7 @@ impl WatchKind {
             }
             Self::DiskFailing | Self::DiskWorn => "disk_recovered",
             Self::PoolFillHigh => "pool_fill_recovered",
+            Self::TemperatureHigh => "temperature_recovered",
             Self::VerifyFailed | Self::VerifyOverdue => "verify_recovered",
             Self::BulkUnprotected => "bulk_protected",
             Self::BulkBackupFailed => "bulk_backup_recovered",
@@ -253,6 +260,7 @@ impl WatchKind {
             Self::DiskFailing => "disk_failing_cleared",
             Self::DiskWorn => "disk_worn_cleared",
             Self::PoolFillHigh => "pool_fill_high_cleared",
+            Self::TemperatureHigh => "temperature_high_cleared",
             Self::VerifyFailed => "verify_failed_cleared",
             Self::VerifyOverdue => "verify_overdue_cleared",
             Self::BulkUnprotected => "bulk_unprotected_cleared",

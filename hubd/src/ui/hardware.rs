@@ -109,16 +109,23 @@ fn pool_row(p: &PoolHealth, now: Timestamp) -> Markup {
 }
 
 fn sensor_row(t: &Temperature) -> Markup {
-    let hot = t.crit.is_some_and(|c| t.celsius >= c);
+    let critical = t.crit.is_some_and(|c| t.celsius >= c);
     html! {
         tr class="sensor" {
             td data-label="Check" { "Sensor " span class="mono" { (t.sensor) } }
             td data-label="Reading" { (format!("{:.0}", t.celsius)) " °C" }
             td data-label="Thresholds" {
-                @if let Some(c) = t.crit { "critical at " (format!("{c:.0}")) " °C" } @else { "-" }
+                @if let Some(band) = t.judged {
+                    "hot at " (format!("{:.0}", band.high)) " °C, clears at " (format!("{:.0}", band.low)) " °C"
+                    @if let Some(c) = t.crit { "; critical at " (format!("{c:.0}")) " °C" }
+                } @else if let Some(c) = t.crit {
+                    "critical at " (format!("{c:.0}")) " °C"
+                } @else { "- (not judged)" }
             }
             td data-label="State" {
-                @if hot { (layout::badge("hot", "danger")) } @else { (layout::badge("ok", "ok")) }
+                @if critical { (layout::badge("critical", "danger")) }
+                @else if t.raised() { (layout::badge("hot", "danger")) }
+                @else { (layout::badge("ok", "ok")) }
             }
         }
     }
@@ -157,7 +164,11 @@ mod tests {
                 "guest_id": "00000000-0000-0000-0000-000000000007", "vmid": 107,
                 "memory": {"usage": 0.97, "high": 0.9, "low": 0.7, "raised": true}
             }],
-            "temperatures": [{"sensor": "coretemp/&amp;", "celsius": 101.0, "crit": 100.0}]
+            "temperatures": [
+                {"sensor": "coretemp/&amp;", "celsius": 101.0, "crit": 100.0},
+                {"sensor": "nvme/Composite", "celsius": 83.0, "crit": 85.0,
+                 "judged": {"high": 80.0, "low": 75.0, "raised": true}}
+            ]
         }))
         .unwrap();
         assert!(any(&health));
@@ -176,6 +187,8 @@ mod tests {
             "data 95%",
             "vmid 107",
             "97%",
+            "critical",
+            "hot at 80 °C, clears at 75 °C; critical at 85 °C",
             "hot",
         ] {
             assert!(html.contains(expected), "{expected} in {html}");

@@ -68,6 +68,11 @@ fn every_example_fits_its_schema_and_its_type() {
             Box::new(parses(desired::DesiredState::validate)),
         ),
         (
+            "desired-ordered.json",
+            "DesiredState",
+            Box::new(parses(desired::DesiredState::validate)),
+        ),
+        (
             "signed-job.json",
             "SignedJob",
             Box::new(parses(job::SignedJob::validate)),

@@ -43,7 +43,12 @@ fn main() -> anyhow::Result<()> {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        bosun_hubd::run(config, shutdown).await
+        bosun_hubd::run(
+            config,
+            |hub| println!("key pin:      {}", hub.key_pin()),
+            shutdown,
+        )
+        .await
     })?;
     Ok(())
 }

@@ -90,7 +90,7 @@ pub(crate) const LXC_CONFIG: &[ParamSpec] = &[
     opt("protection", BOOL),
     opt("rootfs", ParamKind::PropString(&ROOTFS)),
     opt("searchdomain", ParamKind::DnsNameList),
-    opt("startup", STR),
+    opt("startup", ParamKind::StartupOrder),
     opt("swap", UINT),
     opt("tags", ParamKind::TagList),
     opt("template", BOOL),

@@ -53,6 +53,8 @@ pub enum ParamKind {
     },
     Enum(&'static [&'static str]),
     PropString(&'static PropSpec),
+    /// `pve-startup-order`: `[[order=]\d+] [,up=\d+] [,down=\d+]`.
+    StartupOrder,
 }
 
 /// Keys of a property string (`features`, `net[n]`, `rootfs`, …).
@@ -449,6 +451,13 @@ fn check_str(kind: &ParamKind, v: &str) -> Result<Option<String>, String> {
         ParamKind::PropString(spec) => parse_prop_string(spec, v)
             .map(|_| None)
             .map_err(|e| bad_format(&e)),
+        ParamKind::StartupOrder => {
+            if startup_order_parses(v) {
+                Ok(None)
+            } else {
+                Err(bad_format("unable to parse startup options"))
+            }
+        }
     }
 }
 
@@ -596,6 +605,19 @@ pub(crate) fn format_size(bytes: u64) -> String {
         }
     }
     bytes.to_string()
+}
+
+/// PVE's `pve_parse_startup_order`: comma-separated parts, each blank, `order=N` or a bare `N`,
+/// `up=N` or `down=N`; an empty value does not parse.
+pub(crate) fn startup_order_parses(value: &str) -> bool {
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    !value.is_empty()
+        && value.split(',').all(|part| {
+            part.trim().is_empty()
+                || digits(part.strip_prefix("order=").unwrap_or(part))
+                || part.strip_prefix("up=").is_some_and(digits)
+                || part.strip_prefix("down=").is_some_and(digits)
+        })
 }
 
 #[cfg(test)]

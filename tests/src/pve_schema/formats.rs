@@ -274,6 +274,21 @@ impl Formats {
                 "auto" | "dhcp" | "manual" => Ok(()),
                 _ => check_cidr::<Ipv6Addr>(v, 128, "IPv6"),
             },
+            // `pve_verify_startup_order`: comma-separated parts, each blank, `order=N` or a
+            // bare `N`, `up=N` or `down=N`.
+            "pve-startup-order" => {
+                let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+                ok_if(
+                    !v.is_empty()
+                        && v.split(',').all(|part| {
+                            part.trim().is_empty()
+                                || digits(part.strip_prefix("order=").unwrap_or(part))
+                                || part.strip_prefix("up=").is_some_and(digits)
+                                || part.strip_prefix("down=").is_some_and(digits)
+                        }),
+                    "unable to parse startup options".into(),
+                )
+            }
             _ => return None,
         })
     }

@@ -57,6 +57,7 @@ fn good_requests_pass_both_schemas() {
             "PUT",
             "/nodes/pve/lxc/101/config",
             p(&[
+                ("startup", "order=2,up=0,down=60"),
                 ("delete", "net1,description"),
                 ("digest", "0123abcd"),
                 ("cores", "4"),
@@ -129,6 +130,13 @@ fn bad_requests_name_the_offending_parameter() {
             restore(&[("bogus", "1")]),
             "bogus",
             "not defined",
+        ),
+        (
+            "POST",
+            "/nodes/pve/lxc",
+            restore(&[("startup", "order=1,sideways=2")]),
+            "startup",
+            "unable to parse startup options",
         ),
         (
             "POST",

@@ -63,7 +63,12 @@ pub struct Script {
     pub held_next_key: Option<String>,
     /// The host key each answered poll presented (parallel to `polls`).
     pub bearers: Vec<String>,
+    /// Rewrites every answer last, as a hub that says anything would.
+    pub rewrite: Option<Rewrite>,
 }
+
+/// An answer's rewrite.
+pub type Rewrite = Arc<dyn Fn(&mut Value) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct HostileHub {
@@ -322,6 +327,9 @@ async fn poll(
         }
         if let Some(padding) = s.padding {
             body["padding"] = json!("x".repeat(padding));
+        }
+        if let Some(rewrite) = &s.rewrite {
+            rewrite(&mut body);
         }
         let mut text = body.to_string();
         if let Some(flood) = s.flood.take() {

@@ -8,6 +8,7 @@ pub mod crash;
 #[path = "../../../agentd/tests/localapi_support/fake_helper.rs"]
 pub mod fake_helper;
 pub mod hostile_hub;
+pub mod hubd_binary;
 pub mod jobs;
 pub mod lossy_tap;
 pub mod pbs_stack;

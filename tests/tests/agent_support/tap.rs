@@ -148,7 +148,7 @@ pub(super) fn as_the_hub(hub: &RealHub) -> tokio_rustls::TlsAcceptor {
 
 /// The tap's upstream is the test's own hub on loopback.
 #[derive(Debug)]
-struct AnyCert;
+pub(super) struct AnyCert;
 
 impl rustls::client::danger::ServerCertVerifier for AnyCert {
     fn verify_server_cert(

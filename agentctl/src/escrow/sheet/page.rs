@@ -237,8 +237,13 @@ fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
     const GAP: f32 = 5.0;
     let inner = LEFT + 8.0;
     let inner_width = span(pen) - 16.0;
+    const NOTE: &str = "The words are from the standard BIP39 English list; the first four \
+                        letters of a word are enough to tell it from every other word.";
+    let note = pen.fonts().wrap(Style::Regular, SMALL, inner_width, NOTE);
     #[allow(clippy::cast_precision_loss)]
-    let height = 20.0 + ROWS as f32 * (CELL_HEIGHT + GAP) + 14.0;
+    let note_height = note.len().saturating_sub(1) as f32 * SMALL_LEADING;
+    #[allow(clippy::cast_precision_loss)]
+    let height = 20.0 + ROWS as f32 * (CELL_HEIGHT + GAP) + 14.0 + note_height;
     pen.rect(LEFT, y, span(pen), height, 1.4, None);
     pen.text(
         Style::Bold,
@@ -286,15 +291,11 @@ fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
             word,
         );
     }
-    pen.gray_text(
-        Style::Regular,
-        SMALL,
-        inner,
-        y + height - 5.0,
-        60,
-        "The words are from the standard BIP39 English list; the first four letters of a word \
-         are enough to tell it from every other word.",
-    );
+    let mut baseline = y + height - 5.0 - note_height;
+    for line in note {
+        pen.gray_text(Style::Regular, SMALL, inner, baseline, 60, line);
+        baseline += SMALL_LEADING;
+    }
     y + height + 5.0
 }
 
@@ -548,7 +549,7 @@ fn handover(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
         second,
         line_y + 9.0,
         60,
-        "Signatures: for the hosting provider, and for the customer",
+        "Signatures: the hosting provider's and the customer's",
     );
     y + height
 }

@@ -102,7 +102,9 @@ impl Fonts {
         let mut lines = Vec::new();
         for paragraph in text.split('\n') {
             let mut start = 0;
-            let mut line_end = 0;
+            // Where the line may break: (its end, where the next line starts). A line breaks
+            // at a space, or after a `:`, so a fingerprint breaks between its bytes.
+            let mut room: Option<(usize, usize)> = None;
             let mut line_width = 0.0;
             let mut index = 0;
             let face = self.face(style);
@@ -111,20 +113,18 @@ impl Fonts {
                 let (at, c) = chars[index];
                 let advance = face.advance(c) * size;
                 if line_width + advance > width && at > start {
-                    // Break at the last space on the line, else here.
-                    let (end, next) = if line_end > start {
-                        (line_end, line_end + 1)
-                    } else {
-                        (at, at)
-                    };
+                    // Break at the last place the line may break, else here.
+                    let (end, next) = room.filter(|(end, _)| *end > start).unwrap_or((at, at));
                     lines.push(paragraph[start..end].trim_end());
                     start = next;
-                    line_end = start;
+                    room = None;
                     line_width = self.width(style, size, &paragraph[start..at]);
                     continue;
                 }
-                if c == ' ' {
-                    line_end = at;
+                match c {
+                    ' ' => room = Some((at, at + 1)),
+                    ':' => room = Some((at + 1, at + 1)),
+                    _ => {}
                 }
                 line_width += advance;
                 index += 1;

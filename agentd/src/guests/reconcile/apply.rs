@@ -315,7 +315,22 @@ impl<P: Pve + 'static> Applier<P> {
                         e,
                     )
                 }
-                Finding::Deferred { .. } => continue,
+                Finding::OrderRefused {
+                    guest_id,
+                    requirement,
+                    refusal,
+                    reason,
+                } => {
+                    let mut e = AuditEvent::new("guest.order_refused");
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({
+                        "requirement": requirement,
+                        "refusal": refusal,
+                        "why": reason,
+                    });
+                    (format!("order:{guest_id}:{requirement}:{reason}"), e)
+                }
+                Finding::Deferred { .. } | Finding::Waiting { .. } => continue,
             };
             if !self.memory.lock().reported.insert(key) {
                 continue;
@@ -581,6 +596,7 @@ impl<P: Pve + 'static> Applier<P> {
                 cores,
                 memory_mib,
                 share,
+                startup,
                 ..
             } => {
                 let mut update = ConfigUpdate {
@@ -588,6 +604,7 @@ impl<P: Pve + 'static> Applier<P> {
                         hostname: hostname.clone(),
                         cores: cores.map(u32::from),
                         memory: memory_mib.map(u64::from),
+                        startup: *startup,
                         ..CtOptions::default()
                     },
                     ..ConfigUpdate::default()
@@ -603,6 +620,7 @@ impl<P: Pve + 'static> Applier<P> {
                             "hostname": hostname,
                             "cores": cores,
                             "memory_mib": memory_mib,
+                            "startup": startup.map(|s| s.to_string()),
                             "cpu_weight": update.set.cpuunits,
                             "cpu_limit": update.set.cpulimit.map(|t| t.to_string()),
                             "delete": update.delete,

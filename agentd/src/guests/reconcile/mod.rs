@@ -10,6 +10,7 @@ pub mod late_landing;
 pub mod lookup;
 pub mod network_guard;
 pub mod observe;
+pub mod order;
 pub mod plan;
 pub mod provision;
 pub mod reconcile_task;

@@ -218,6 +218,7 @@ async fn observed_guest<P: Pve>(
         unguarded,
         addresses: super::network_guard::configured_addresses(config),
         share: super::share::observed(config),
+        startup: config.get_str("startup"),
     }
 }
 

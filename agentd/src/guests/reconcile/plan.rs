@@ -15,6 +15,8 @@
 //! ([`Finding::HotRefused`]).
 //!
 //! Per guest, actions come in the order they must run: spec, rootfs, network guard, power.
+//! Across guests, the document's order holds ([`super::order`]): a guest is provisioned or
+//! started only once what it requires runs, and stopped only once what requires it is stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,6 +70,8 @@ pub struct ObservedGuest {
     pub addresses: Vec<std::net::IpAddr>,
     /// Its CPU weight, CPU limit and interfaces' rate as Proxmox holds them.
     pub share: ObservedShare,
+    /// Its `startup` option as Proxmox holds it, if any.
+    pub startup: Option<String>,
 }
 
 /// What the journal and the agent's own memory add.
@@ -131,6 +135,8 @@ pub enum Action {
         memory_mib: Option<u32>,
         /// The share to write, if it drifted.
         share: Option<ShareChange>,
+        /// Its place in the node's start and stop order, if it drifted ([`super::order`]).
+        startup: Option<bosun_pve::StartupOrder>,
     },
     /// Grow the rootfs.
     GrowRootfs {
@@ -329,6 +335,28 @@ pub enum Finding {
         /// The guest.
         guest_id: Uuid,
     },
+    /// A requirement of the guest is refused and not waited on: no guest provides it, only
+    /// stopped guests do, or it closes a cycle ([`super::order`]).
+    OrderRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// The capability it requires.
+        requirement: String,
+        /// The refusal's short name.
+        refusal: &'static str,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The guest's start (or provisioning) waits until the guests `on` run, or its stop until
+    /// they are stopped.
+    Waiting {
+        /// The guest.
+        guest_id: Uuid,
+        /// What it waits on.
+        on: Vec<Uuid>,
+        /// Whether it waits to stop (else to start).
+        stopping: bool,
+    },
 }
 
 /// The planner's answer.
@@ -354,6 +382,8 @@ impl Plan {
                         | Finding::Decommissioned { .. }
                         | Finding::PlacementRefused { .. }
                         | Finding::HotRefused { .. }
+                        | Finding::OrderRefused { .. }
+                        | Finding::Waiting { .. }
                 )
             })
     }
@@ -368,6 +398,8 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         .collect();
     let by_vmid: BTreeMap<u32, &ObservedGuest> = observed.iter().map(|o| (o.vmid, o)).collect();
     let mut claimed: BTreeSet<u32> = BTreeSet::new();
+    let order = bosun_proto::desired::order::boot_order(&desired.guests);
+    out.findings.extend(super::order::refusals(&order));
 
     for spec in &desired.guests {
         let guest_id = spec.guest_id;
@@ -445,8 +477,9 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             out.findings.push(Finding::Deferred { guest_id });
             continue;
         }
-        plan_existing(spec, &share, o, facts, &mut out);
+        plan_existing(spec, &share, o, facts, &order, &mut out);
     }
+    super::order::hold(&mut out, &order, observed);
 
     for o in observed {
         if !claimed.contains(&o.vmid) {
@@ -493,6 +526,7 @@ fn plan_existing(
     share: &Share,
     o: &ObservedGuest,
     facts: &Facts,
+    order: &bosun_proto::desired::order::BootOrder,
     out: &mut Plan,
 ) {
     let guest_id = spec.guest_id;
@@ -503,7 +537,14 @@ fn plan_existing(
     let cores = (o.cores != Some(want.cores)).then_some(want.cores);
     let memory_mib = (o.memory_mib != Some(want.memory_mib)).then_some(want.memory_mib);
     let share = super::share::change(share, &o.share);
-    if hostname.is_some() || cores.is_some() || memory_mib.is_some() || share.is_some() {
+    let startup = super::order::startup_of(order, guest_id)
+        .filter(|s| super::order::startup_drifted(o.startup.as_deref(), *s));
+    if hostname.is_some()
+        || cores.is_some()
+        || memory_mib.is_some()
+        || share.is_some()
+        || startup.is_some()
+    {
         out.actions.push(Action::SetSpec {
             guest_id,
             vmid,
@@ -511,6 +552,7 @@ fn plan_existing(
             cores,
             memory_mib,
             share,
+            startup,
         });
     }
     if let Some(have) = o.rootfs_gib {
@@ -561,7 +603,7 @@ fn plan_existing(
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-mod tests;
+pub(in crate::guests::reconcile) mod tests;
 
 #[cfg(test)]
 #[path = "plan_bootstrap_tests.rs"]

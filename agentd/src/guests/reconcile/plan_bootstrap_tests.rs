@@ -40,6 +40,7 @@ fn seen(guest_id: Option<Uuid>, power: ObservedPower) -> ObservedGuest {
         unguarded: false,
         addresses: Vec::new(),
         share: Default::default(),
+        startup: None,
     }
 }
 

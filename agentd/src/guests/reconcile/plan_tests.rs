@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn desired(guests: Vec<GuestSpec>) -> DesiredState {
+pub(in crate::guests::reconcile) fn desired(guests: Vec<GuestSpec>) -> DesiredState {
     DesiredState {
         schema: "bosun.desired/v1".into(),
         guests,
@@ -34,7 +34,7 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
     }
 }
 
-fn spec(n: u128, power: Power) -> GuestSpec {
+pub(in crate::guests::reconcile) fn spec(n: u128, power: Power) -> GuestSpec {
     GuestSpec {
         guest_id: Uuid::from_u128(n),
         hostname: format!("g{n}"),
@@ -59,10 +59,16 @@ fn spec(n: u128, power: Power) -> GuestSpec {
         hot_volumes: Vec::new(),
         thresholds: None,
         share_class: None,
+        provides: Vec::new(),
+        requires: Vec::new(),
     }
 }
 
-fn seen(n: u128, vmid: u32, power: ObservedPower) -> ObservedGuest {
+pub(in crate::guests::reconcile) fn seen(
+    n: u128,
+    vmid: u32,
+    power: ObservedPower,
+) -> ObservedGuest {
     ObservedGuest {
         vmid,
         guest_id: Some(Uuid::from_u128(n)),
@@ -75,10 +81,11 @@ fn seen(n: u128, vmid: u32, power: ObservedPower) -> ObservedGuest {
         unguarded: false,
         addresses: Vec::new(),
         share: Default::default(),
+        startup: None,
     }
 }
 
-fn facts() -> Facts {
+pub(in crate::guests::reconcile) fn facts() -> Facts {
     Facts {
         restart_limit: 5,
         ..Facts::default()
@@ -351,6 +358,7 @@ prop_compose! {
             unguarded: unguarded && managed,
             addresses: Vec::new(),
             share: Default::default(),
+            startup: None,
         }
     }
 }

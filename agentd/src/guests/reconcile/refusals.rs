@@ -1,7 +1,7 @@
 //! What of a generation the host will not apply, as the report names it
 //! ([`bosun_proto::refused`]): the planner's refusals (a root disk asked smaller than the
 //! guest's, a bulk volume with no target of its class, a hot volume on a storage not classed
-//! `fast`), the data-plan gate's (a storage
+//! `fast`, a requirement refused by the guests' order), the data-plan gate's (a storage
 //! target or tier the signed plan does not allow, [`crate::data::desired::plan_gate`]) and a
 //! bulk volume whose backup desired state puts on another target than the signed plan does
 //! ([`crate::data::bulk`]).
@@ -82,6 +82,18 @@ pub fn of(
             field: Some(format!("share_class.{}", refusal.field)),
             reason: refusal.describe(),
         }),
+        Finding::OrderRefused {
+            guest_id,
+            requirement,
+            reason,
+            ..
+        } => Some(Refused {
+            kind: RefusedKind::GuestField,
+            name: hostname(*guest_id),
+            guest_id: Some(*guest_id),
+            field: Some(format!("requires.{requirement}")),
+            reason: reason.clone(),
+        }),
         _ => None,
     });
     let gated = gate.iter().map(|r| Refused {
@@ -145,7 +157,7 @@ fn gate_reason(r: &Refusal) -> String {
             "the tier names a target the signed data plan does not allow: it never runs".to_owned()
         }
         _ => "the signed data plan does not name this target: it is never registered, mounted, \
-              written or read (sign a plan that names it: `bosunctl plan sign`)"
+              written or read (sign a plan that names it: `bosunctl policy sign-plan`)"
             .to_owned(),
     }
 }

@@ -132,6 +132,7 @@ fn seen(share: ObservedShare) -> ObservedGuest {
         unguarded: false,
         addresses: Vec::new(),
         share,
+        startup: None,
     }
 }
 

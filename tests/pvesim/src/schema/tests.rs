@@ -102,3 +102,25 @@ fn sizes_parse_base_1024_and_bare_numbers_are_bytes() {
     assert_eq!(format_size(8 << 30), "8G");
     assert_eq!(format_size(1536), "1536");
 }
+
+#[test]
+fn startup_takes_what_pve_parses_and_refuses_the_rest_with_its_message() {
+    for ok in [
+        "order=1,up=0,down=60",
+        "3",
+        "down=60,up=5,order=2",
+        "up=5",
+        "order=1,",
+    ] {
+        assert!(
+            check_value(&ParamKind::StartupOrder, &one(ok)).is_ok(),
+            "{ok:?}"
+        );
+    }
+    for bad in ["order=x", "order=1,sideways=2", "up=-1", "order=1;up=2"] {
+        assert_eq!(
+            check_value(&ParamKind::StartupOrder, &one(bad)).expect_err(bad),
+            "invalid format - unable to parse startup options\n"
+        );
+    }
+}

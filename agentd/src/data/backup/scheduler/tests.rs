@@ -188,6 +188,8 @@ fn spec(n: u128, power: Power) -> GuestSpec {
         hot_volumes: Vec::new(),
         thresholds: None,
         share_class: None,
+        provides: Vec::new(),
+        requires: Vec::new(),
     }
 }
 
