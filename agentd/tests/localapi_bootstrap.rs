@@ -338,6 +338,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
     };
@@ -411,6 +412,7 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
     }

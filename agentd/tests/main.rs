@@ -33,6 +33,7 @@ mod localapi_fuzz;
 mod localapi_openapi;
 mod localapi_refusals;
 mod localapi_schemathesis;
+mod localapi_share_bench;
 mod localapi_stale_bootstrap;
 mod log_output;
 mod network_guard;

@@ -43,6 +43,9 @@ pub struct PlanFile {
     /// Bulk volumes' own backups (decision 0090).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bulk_backups: Vec<bosun_proto::data_plan::PlanBulkBackup>,
+    /// The bounds on every guest's CPU weight, CPU time and network rate (decision 0100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_share: Option<bosun_proto::share::ShareBounds>,
 }
 
 /// `bosunctl policy sign-plan`.
@@ -102,6 +105,7 @@ fn unchecked_plan(host: Uuid, file: PlanFile, now: Timestamp) -> DataPlan {
         node_storages: file.node_storages,
         tunnel: file.tunnel,
         bulk_backups: file.bulk_backups,
+        guest_share: file.guest_share,
     }
 }
 
@@ -152,6 +156,8 @@ pub fn derived(
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: derived_bulk_backups(desired),
+        // Bounds on the guests' share are the operator's to choose: the agent's own hold.
+        guest_share: None,
     }
 }
 

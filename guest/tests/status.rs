@@ -74,6 +74,7 @@ fn snapshot() -> DesiredSnapshot {
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: Vec::new(),
+        guest_share: None,
     };
     let hubs = DesiredState {
         schema: bosun_proto::desired::SCHEMA.into(),
@@ -101,6 +102,7 @@ fn snapshot() -> DesiredSnapshot {
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     };
     DesiredSnapshot {
         generation: 1,

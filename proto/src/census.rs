@@ -317,6 +317,31 @@ pub const DESIRED: &[Entry] = &[
         "adds watching and alerts for the guest",
     ),
     entry(
+        "guests[].share_class",
+        MayAdd,
+        "names a share class; what any class says is held within the signed plan's guest_share bounds (0100)",
+    ),
+    entry(
+        "share_classes[].name",
+        MayAdd,
+        "a share class's name; a guest naming none takes `default`, else the bounds' defaults",
+    ),
+    entry(
+        "share_classes[].cpu_weight",
+        MayAdd,
+        "CPU weight, held between the plan's floor and ceiling (else the agent's 10..=1000); touches no backup, which runs outside the guest (0100)",
+    ),
+    entry(
+        "share_classes[].cpu_limit_millicores",
+        MayAdd,
+        "CPU time limit, never below the plan's floor (else a quarter core) nor above its ceiling (0100)",
+    ),
+    entry(
+        "share_classes[].net_rate_mbytes_per_s",
+        MayAdd,
+        "network rate, never below the plan's floor (else 1 MB/s) nor above its ceiling; 0 (no limit) is invalid (0100)",
+    ),
+    entry(
         "storage[].type",
         MayAdd,
         "part of a target's identity; a target the plan does not name is never registered",

@@ -78,6 +78,10 @@ pub struct DataPlan {
     /// many kept (decision 0090). A bulk volume no entry names is not backed up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bulk_backups: Vec<PlanBulkBackup>,
+    /// The bounds on every guest's CPU weight, CPU time and network rate that desired state's
+    /// share classes are held to (decision 0100); absent: the agent's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_share: Option<crate::share::ShareBounds>,
 }
 
 /// One of the node's own Proxmox storages and its speed class, as the operator signs it.
@@ -339,6 +343,9 @@ impl DataPlan {
             &backup.further_tiers,
         )?;
         bulk::validate(&self.bulk_backups, &self.targets)?;
+        if let Some(bounds) = &self.guest_share {
+            bounds.validate("guest_share")?;
+        }
         self.tunnel
             .as_ref()
             .map_or(Ok(()), |tunnel| tunnel.validate_at("tunnel"))

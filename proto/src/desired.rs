@@ -65,6 +65,10 @@ pub struct DesiredState {
     /// writes them where the tunnel's configuration names its credentials file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel_credentials: Option<crate::secret::SealedSecret>,
+    /// The guests' share classes: the CPU weight, CPU time limit and network rate each guest
+    /// of a class gets, held within the signed plan's `guest_share` bounds (decision 0100).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub share_classes: Vec<crate::share::ShareClass>,
 }
 
 /// One guest (an LXC container) and its spec.
@@ -101,6 +105,10 @@ pub struct GuestSpec {
     /// watched and alerted on ([`crate::guest_thresholds`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thresholds: Option<crate::guest_thresholds::GuestThresholds>,
+    /// The share class the guest takes (a `share_classes` name); absent: the class named
+    /// `default`, if any, else the bounds' defaults (decision 0100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_class: Option<String>,
     /// What the guest provides to others (capability names: 1 to 32 of `[a-z0-9-]`, at most
     /// 8): a guest requiring one of them starts after it and stops before it ([`order`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -592,6 +600,7 @@ impl DesiredState {
                 });
             }
         }
+        self.validate_shares()?;
         for (i, guest) in self.guests.iter().enumerate() {
             self.validate_bulk(i, guest)?;
         }
@@ -651,6 +660,45 @@ impl DesiredState {
 }
 
 impl DesiredState {
+    /// The share class `guest` takes: the one it names, else the one named
+    /// [`crate::share::DEFAULT_CLASS`], else none.
+    pub fn share_class_of(&self, guest: &GuestSpec) -> Option<&crate::share::ShareClass> {
+        let name = guest
+            .share_class
+            .as_deref()
+            .unwrap_or(crate::share::DEFAULT_CLASS);
+        self.share_classes.iter().find(|c| c.name == name)
+    }
+
+    fn validate_shares(&self) -> Result<(), ValidationError> {
+        validate::count(
+            "share_classes",
+            self.share_classes.len(),
+            crate::share::MAX_SHARE_CLASSES,
+        )?;
+        let mut names = HashSet::new();
+        for (i, class) in self.share_classes.iter().enumerate() {
+            class.validate(&format!("share_classes[{i}]"))?;
+            if !names.insert(class.name.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field: format!("share_classes[{i}].name"),
+                    value: class.name.clone(),
+                });
+            }
+        }
+        for (i, guest) in self.guests.iter().enumerate() {
+            if let Some(name) = &guest.share_class
+                && !names.contains(name.as_str())
+            {
+                return Err(ValidationError::Invalid {
+                    field: format!("guests[{i}].share_class"),
+                    reason: format!("no share class is named {name:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The manifest target a bulk volume is placed on, if there is one.
     pub fn bulk_target(&self, volume: &BulkVolume) -> Option<&StorageTarget> {
         self.place_bulk(volume).ok()

@@ -81,6 +81,7 @@ pub mod rollup;
 pub mod schema_ids;
 pub mod sealed_credential;
 pub mod secret;
+pub mod share;
 pub mod signed;
 pub mod tunnel;
 pub mod update;

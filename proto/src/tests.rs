@@ -270,6 +270,34 @@ fn desired_state_rejections_name_the_field() {
             "field storage[0].policy.schedule: field `storage[0].policy.schedule` is invalid: bad hour list",
         ),
         (
+            "share class nobody names",
+            |v| v["guests"][0]["share_class"] = "gold".into(),
+            "field guests[0].share_class: field `guests[0].share_class` is invalid: no share class is named \"gold\"",
+        ),
+        (
+            "share class twice",
+            |v| {
+                let class = v["share_classes"][0].clone();
+                v["share_classes"].as_array_mut().unwrap().push(class);
+            },
+            "field share_classes[2].name",
+        ),
+        (
+            "cpu weight zero",
+            |v| v["share_classes"][0]["cpu_weight"] = 0.into(),
+            "field share_classes[0].cpu_weight",
+        ),
+        (
+            "network rate zero, which Proxmox reads as no limit",
+            |v| v["share_classes"][0]["net_rate_mbytes_per_s"] = 0.into(),
+            "field share_classes[0].net_rate_mbytes_per_s",
+        ),
+        (
+            "cpu limit below a hundredth of a core",
+            |v| v["share_classes"][0]["cpu_limit_millicores"] = 9.into(),
+            "field share_classes[0].cpu_limit_millicores",
+        ),
+        (
             "missing policy",
             |v| {
                 v.as_object_mut().unwrap().remove("backup_policy");

@@ -30,6 +30,7 @@
 mod api;
 mod catalogue;
 mod client;
+mod decimal;
 pub mod decode;
 mod error;
 mod firewall;
@@ -55,6 +56,7 @@ mod tests;
 pub use api::Pve;
 pub use catalogue::{CATALOGUE, Endpoint, HttpMethod, Op};
 pub use client::{PveClient, PveConfig};
+pub use decimal::Thousandths;
 pub use error::{PveError, parse_lock_message, parse_permission_message};
 pub use firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 pub use guest_ops::{GuestOps, PveOps};

@@ -10,6 +10,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::decimal::Thousandths;
 use super::types::ValueError;
 
 static NAME_RE: LazyLock<Regex> =
@@ -52,7 +53,10 @@ pub struct NetConfig {
     pub firewall: Option<bool>,
     /// Keep the link down (restore tests isolate their scratch guests this way).
     pub link_down: Option<bool>,
-    /// Keys the agent does not model (`ip6`, `gw6`, `mtu`, `rate`, `type`, …) with their
+    /// The interface's rate limit in MB/s (`rate=`; Proxmox polices what the guest sends and
+    /// shapes what it receives at this rate; none, or `0`, is no limit).
+    pub rate: Option<Thousandths>,
+    /// Keys the agent does not model (`ip6`, `gw6`, `mtu`, `type`, …) with their
     /// values, as [`NetConfig::parse`] read them: written back unchanged.
     pub other: Vec<(String, String)>,
 }
@@ -69,6 +73,7 @@ impl NetConfig {
             tag: None,
             firewall: None,
             link_down: None,
+            rate: None,
             other: Vec::new(),
         }
     }
@@ -106,6 +111,7 @@ impl NetConfig {
                 }
                 "firewall" => net.firewall = Some(value == "1"),
                 "link_down" => net.link_down = Some(value == "1"),
+                "rate" => net.rate = Some(Thousandths::parse(value)?),
                 other => net.other.push((other.to_owned(), value.to_owned())),
             }
         }
@@ -179,6 +185,9 @@ impl NetConfig {
         if let Some(down) = self.link_down {
             parts.push(format!("link_down={}", u8::from(down)));
         }
+        if let Some(rate) = self.rate {
+            parts.push(format!("rate={rate}"));
+        }
         for (key, value) in &self.other {
             let modelled = [
                 "name",
@@ -189,6 +198,7 @@ impl NetConfig {
                 "tag",
                 "firewall",
                 "link_down",
+                "rate",
             ];
             if key.is_empty()
                 || modelled.contains(&key.as_str())
@@ -399,6 +409,7 @@ pub fn net_without_hwaddr(property: &str) -> Result<NetConfig, String> {
             }
             "firewall" => net.firewall = Some(value == "1"),
             "link_down" => net.link_down = Some(value == "1"),
+            "rate" => net.rate = Some(Thousandths::parse(value).map_err(|e| e.to_string())?),
             other => return Err(format!("net property key {other:?} is not handled")),
         }
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use secrecy::{ExposeSecret, SecretString};
 
 use super::catalogue::Op;
+use super::decimal::Thousandths;
 use super::error::PveError;
 use super::model::ContentItem;
 use super::property::{NetConfig, PruneBackups};
@@ -33,6 +34,10 @@ pub struct CtOptions {
     pub memory: Option<u64>,
     /// Swap in MiB.
     pub swap: Option<u64>,
+    /// CPU weight (`cpuunits`, 0..=500000; cgroup v2 clamps it to 1..=10000, default 100).
+    pub cpuunits: Option<u32>,
+    /// CPU time limit in cores (`cpulimit`, 0..=8192; 0 is no limit).
+    pub cpulimit: Option<Thousandths>,
     /// Network interfaces by index (`net0`…`net31`).
     pub net: BTreeMap<u8, NetConfig>,
     /// Start on boot.
@@ -123,6 +128,26 @@ impl CtOptions {
         }
         if let Some(s) = self.swap {
             out.push(("swap".into(), s.to_string()));
+        }
+        if let Some(units) = self.cpuunits {
+            if units > 500_000 {
+                return Err(invalid(op, "cpuunits")(ValueError::new(
+                    "cpuunits",
+                    units.to_string(),
+                    "must be between 0 and 500000",
+                )));
+            }
+            out.push(("cpuunits".into(), units.to_string()));
+        }
+        if let Some(limit) = self.cpulimit {
+            if limit > Thousandths::whole(8192) {
+                return Err(invalid(op, "cpulimit")(ValueError::new(
+                    "cpulimit",
+                    limit.to_string(),
+                    "must be between 0 and 8192",
+                )));
+            }
+            out.push(("cpulimit".into(), limit.to_string()));
         }
         for (idx, net) in &self.net {
             if *idx > 31 {

@@ -410,6 +410,43 @@ fn archive_volid_is_found_in_vzdump_logs() {
 }
 
 #[test]
+fn a_share_is_sent_as_proxmox_types_it_and_bounded_first() {
+    let mut update = ConfigUpdate::default();
+    update.set.cpuunits = Some(250);
+    update.set.cpulimit = Some(crate::Thousandths(1_500));
+    let mut net = NetConfig::new("eth0", "vmbr0");
+    net.rate = Some(crate::Thousandths(12_500));
+    update.set.net.insert(0, net);
+    let params = update.params(Op::UpdateConfig).expect("valid");
+    let get = |k: &str| {
+        params
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(get("cpuunits"), Some("250"));
+    assert_eq!(get("cpulimit"), Some("1.5"));
+    assert_eq!(get("net0"), Some("name=eth0,bridge=vmbr0,rate=12.5"));
+    for (units, limit, field) in [
+        (Some(500_001), None, "cpuunits"),
+        (None, Some(crate::Thousandths(8_192_001)), "cpulimit"),
+    ] {
+        let bad = ConfigUpdate {
+            set: CtOptions {
+                cpuunits: units,
+                cpulimit: limit,
+                ..CtOptions::default()
+            },
+            ..ConfigUpdate::default()
+        };
+        assert!(
+            matches!(bad.params(Op::UpdateConfig), Err(PveError::InvalidRequest { field: f, .. }) if f == field),
+            "{field}"
+        );
+    }
+}
+
+#[test]
 fn requests_refuse_bad_values_before_sending() {
     let empty = ConfigUpdate::default();
     assert!(matches!(
@@ -577,7 +614,15 @@ fn net_loses_its_mac_and_keeps_the_rest() {
         "name=eth0,bridge=vmbr0,ip=dhcp,firewall=1"
     );
     assert!(net_without_hwaddr("bridge=vmbr0").is_err());
-    assert!(net_without_hwaddr("name=eth0,bridge=vmbr0,rate=5").is_err());
+    assert!(net_without_hwaddr("name=eth0,bridge=vmbr0,mtu=1400").is_err());
+    // A rate limit is modelled (decision 0100) and kept.
+    let rated = net_without_hwaddr("name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,rate=12.5")
+        .expect("a rate is modelled");
+    assert_eq!(
+        rated.to_property_string().expect("renders"),
+        "name=eth0,bridge=vmbr0,rate=12.5"
+    );
+    assert!(net_without_hwaddr("name=eth0,bridge=vmbr0,rate=fast").is_err());
 }
 
 /// Remembers every request a client reports.

@@ -330,8 +330,8 @@ fn stops(sim: &bosun_pvesim::SimHandle, doc: &Value, vmids: &[u64]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
     // Two running guests backed up to PBS every 3 s, verified hourly (a second) by the plan;
-    // the hub's own verify policy off, a restore-test window and thresholds present so that
-    // their fields have a place.
+    // the hub's own verify policy off, a restore-test window, thresholds and share classes
+    // present so that their fields have a place.
     let s = stack_of(
         1,
         json!({ "enabled": false, "interval_hours": 8760 }),
@@ -358,7 +358,13 @@ async fn no_unsigned_field_of_desired_state_breaks_the_signed_plans_promises() {
             json!({ "cpu": band(90 - i), "memory": band(80 - i), "disk": band(70 - i) });
         guest["vmid"] = json!(running_vmid(&s.agent.handles.reconcile, s.guests[i]).await);
         guest["resources"]["cores"] = json!(1 + i);
+        guest["share_class"] = json!(["a", "b"][i]);
     }
+    // Share classes (decision 0100), so their fields and each guest's class have a place.
+    base["share_classes"] = json!([
+        { "name": "a", "cpu_weight": 200, "cpu_limit_millicores": 1500, "net_rate_mbytes_per_s": 50 },
+        { "name": "b", "cpu_weight": 100, "cpu_limit_millicores": 1000, "net_rate_mbytes_per_s": 20 },
+    ]);
     base["guests"][1]["customer"] = json!({ "customer_id": "other", "display_name": "Other" });
     // An order, so that its fields have a place in both guests: beta starts after alpha
     // (decision 0099).

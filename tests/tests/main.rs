@@ -77,6 +77,7 @@ mod agent_protection;
 mod agent_remote_targets;
 mod agent_retention_floor;
 mod agent_sealed_secrets;
+mod agent_shares;
 mod agent_storage;
 mod agent_storage_detach;
 mod agent_storage_refusals;

@@ -91,16 +91,24 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         .expect("restore task");
 
     let config = c.ct_config(id).await.expect("config");
+    // The guest's share (decision 0100): its CPU weight and limit, and a rate on its net0;
+    // and its place in the start and stop order (decision 0099).
+    let mut rated = NetConfig::parse(&config.get_str("net0").expect("net0")).expect("net0 parses");
+    rated.rate = Some(bosun_pve::Thousandths(12_500));
+    let mut set = bosun_pve::CtOptions {
+        memory: Some(2048),
+        cpuunits: Some(250),
+        cpulimit: Some(bosun_pve::Thousandths(1_500)),
+        startup: Some(bosun_pve::StartupOrder {
+            order: 2,
+            up: Some(0),
+            down: Some(60),
+        }),
+        ..Default::default()
+    };
+    set.net.insert(0, rated);
     let update = ConfigUpdate {
-        set: bosun_pve::CtOptions {
-            memory: Some(2048),
-            startup: Some(bosun_pve::StartupOrder {
-                order: 2,
-                up: Some(0),
-                down: Some(60),
-            }),
-            ..Default::default()
-        },
+        set,
         delete: vec!["description".into()],
         digest: Some(config.digest.clone()),
     };

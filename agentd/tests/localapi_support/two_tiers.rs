@@ -77,6 +77,7 @@ pub fn desired(first: Retention, pbs: Retention) -> DesiredState {
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     }
 }
 

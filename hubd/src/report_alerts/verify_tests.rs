@@ -66,6 +66,7 @@ fn desired(policy: VerifyPolicy, plan_hours: Option<u32>) -> DesiredState {
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: Vec::new(),
+        guest_share: None,
     };
     let bytes = serde_json::to_vec(&plan).unwrap();
     state.data_plan = Some(SignedDocument::new(&bytes, "sig"));

@@ -58,6 +58,7 @@ fn plan() -> DataPlan {
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: Vec::new(),
+        guest_share: None,
     }
 }
 

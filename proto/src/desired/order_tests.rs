@@ -25,6 +25,7 @@ fn guest(n: u128, name: &str, power: Power, provides: &[&str], requires: &[&str]
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        share_class: None,
         provides: provides.iter().map(|s| (*s).to_owned()).collect(),
         requires: requires.iter().map(|s| (*s).to_owned()).collect(),
     }

@@ -63,6 +63,9 @@ pub struct PropSpec {
     pub keys: &'static [&'static str],
     pub default_key: Option<&'static str>,
     pub bool_keys: &'static [&'static str],
+    /// Keys whose values are numbers or integers, checked as the schema types them (`rate`,
+    /// `tag`, `mtu` inside a `netN`).
+    pub typed_keys: &'static [(&'static str, ParamKind)],
 }
 
 pub(crate) const fn req(name: &'static str, kind: ParamKind) -> ParamSpec {
@@ -145,6 +148,7 @@ pub(crate) static FEATURES: PropSpec = PropSpec {
     ],
     default_key: None,
     bool_keys: &["force_rw_sys", "fuse", "keyctl", "mknod", "nesting"],
+    typed_keys: &[],
 };
 pub(crate) static NET: PropSpec = PropSpec {
     keys: &[
@@ -166,6 +170,30 @@ pub(crate) static NET: PropSpec = PropSpec {
     ],
     default_key: None,
     bool_keys: &["firewall", "host-managed", "link_down"],
+    // `rate` is a `number` with no bounds in the schema (MB/s; 0 is no limit).
+    typed_keys: &[
+        (
+            "mtu",
+            ParamKind::Int {
+                min: Some(64),
+                max: Some(65535),
+            },
+        ),
+        (
+            "rate",
+            ParamKind::Number {
+                min: None,
+                max: None,
+            },
+        ),
+        (
+            "tag",
+            ParamKind::Int {
+                min: Some(1),
+                max: Some(4094),
+            },
+        ),
+    ],
 };
 pub(crate) static ROOTFS: PropSpec = PropSpec {
     keys: &[
@@ -180,6 +208,7 @@ pub(crate) static ROOTFS: PropSpec = PropSpec {
     ],
     default_key: Some("volume"),
     bool_keys: &["acl", "quota", "replicate", "ro", "shared"],
+    typed_keys: &[],
 };
 pub(crate) static MP: PropSpec = PropSpec {
     keys: &[
@@ -205,16 +234,19 @@ pub(crate) static MP: PropSpec = PropSpec {
         "ro",
         "shared",
     ],
+    typed_keys: &[],
 };
 pub(crate) static DEV: PropSpec = PropSpec {
     keys: &["deny-write", "gid", "mode", "path", "uid"],
     default_key: Some("path"),
     bool_keys: &["deny-write"],
+    typed_keys: &[],
 };
 pub(crate) static UNUSED: PropSpec = PropSpec {
     keys: &["volume"],
     default_key: Some("volume"),
     bool_keys: &[],
+    typed_keys: &[],
 };
 pub(crate) static PRUNE: PropSpec = PropSpec {
     keys: &[
@@ -228,6 +260,7 @@ pub(crate) static PRUNE: PropSpec = PropSpec {
     ],
     default_key: None,
     bool_keys: &["keep-all"],
+    typed_keys: &[],
 };
 
 /// PVE's storage content types.
@@ -523,6 +556,9 @@ pub(crate) fn parse_prop_string(
         } else {
             val
         };
+        if let Some((_, kind)) = spec.typed_keys.iter().find(|(k, _)| *k == key) {
+            check_str(kind, &val).map_err(|e| format!("{key}: {}", e.trim_end()))?;
+        }
         if out.insert(key.clone(), val).is_some() {
             return Err(format!(
                 "duplicate key in comma-separated list property: {key}"

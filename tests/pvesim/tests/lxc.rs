@@ -47,6 +47,59 @@ async fn config_get_has_digest_perl_types_and_put_checks_digest() {
 }
 
 #[tokio::test]
+async fn a_running_cts_share_applies_at_once_stored_as_sent_and_checked_as_the_schema_types_it() {
+    let sim = start().await;
+    sim.restore_golden(113).await;
+    sim.start_ct(113).await;
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/113/config",
+            &[
+                ("cpuunits", "250"),
+                ("cpulimit", "0.25"),
+                ("net0", "name=eth0,bridge=vmbr0,firewall=1,rate=12.5"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    // cpuunits, cpulimit and netN apply to a running CT at once, nothing pending.
+    assert!(sim.handle.guest_pending(113).expect("ct").is_empty());
+    let d = sim.call("GET", "/nodes/pve/lxc/113/config", &[]).await;
+    let d = d.data();
+    assert_eq!(d["cpuunits"], 250, "an integer option is a number");
+    assert_eq!(d["cpulimit"], "0.25", "a number option stays a string");
+    // Proxmox generates a MAC for an interface sent without one; the rate is kept as sent.
+    let net0 = d["net0"].as_str().expect("net0");
+    assert!(net0.ends_with(",firewall=1,rate=12.5"), "{net0}");
+    for (key, value, field) in [
+        ("cpuunits", "500001", "cpuunits"),
+        ("cpulimit", "8193", "cpulimit"),
+        ("cpulimit", "-1", "cpulimit"),
+        ("cpulimit", "one", "cpulimit"),
+        ("net0", "name=eth0,bridge=vmbr0,rate=fast", "net0"),
+        ("net0", "name=eth0,bridge=vmbr0,tag=4095", "net0"),
+        ("net0", "name=eth0,bridge=vmbr0,mtu=63", "net0"),
+    ] {
+        let r = sim
+            .call("PUT", "/nodes/pve/lxc/113/config", &[(key, value)])
+            .await;
+        assert_eq!(r.status, 400, "{key}={value}: {r:?}");
+        assert!(!r.error(field).is_empty(), "{key}={value}: {r:?}");
+    }
+    // Zero is a value Proxmox takes, and reads as no limit.
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/113/config",
+            &[("net0", "name=eth0,bridge=vmbr0,rate=0")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn running_ct_keeps_non_hotplug_changes_pending() {
     let sim = start().await;
     sim.restore_golden(111).await;

@@ -287,6 +287,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: Vec::new(),
+        guest_share: None,
     }
 }
 
@@ -312,6 +313,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: Vec::new(),
+        guest_share: None,
     }
     .validate()
     .is_ok()

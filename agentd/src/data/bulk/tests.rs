@@ -70,6 +70,7 @@ fn plan(state: &DesiredState, bulk: Vec<PlanBulkBackup>) -> DataPlan {
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: bulk,
+        guest_share: None,
     }
 }
 

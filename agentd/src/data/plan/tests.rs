@@ -59,6 +59,7 @@ fn plan() -> DataPlan {
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: Vec::new(),
+        guest_share: None,
     }
 }
 
@@ -89,6 +90,7 @@ fn desired(storage: Vec<StorageTarget>, further: Vec<&str>) -> DesiredState {
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     }
 }
 

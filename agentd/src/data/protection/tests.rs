@@ -74,6 +74,7 @@ fn plan(verify_hours: Option<u32>, restore_days: Option<u32>) -> DataPlan {
         node_storages: Vec::new(),
         tunnel: None,
         bulk_backups: Vec::new(),
+        guest_share: None,
     }
 }
 
@@ -103,6 +104,7 @@ fn hubs() -> DesiredState {
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     }
 }
 

@@ -177,6 +177,7 @@ impl Progress {
                 | StepName::GuardFirewall
                 | StepName::ReadFirewall
                 | StepName::Size
+                | StepName::SetNetRate
                 | StepName::ResizeRootfs
                 | StepName::BulkVolume
                 | StepName::HotVolume

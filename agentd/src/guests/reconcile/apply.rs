@@ -298,6 +298,23 @@ impl<P: Pve + 'static> Applier<P> {
                         e,
                     )
                 }
+                Finding::ShareRefused { guest_id, refusal } => {
+                    let mut e = AuditEvent::new("guest.share_refused");
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({
+                        "field": refusal.field,
+                        "asked": refusal.asked,
+                        "applied": refusal.applied,
+                        "why": refusal.describe(),
+                    });
+                    (
+                        format!(
+                            "share:{guest_id}:{}:{:?}:{}",
+                            refusal.field, refusal.asked, refusal.applied
+                        ),
+                        e,
+                    )
+                }
                 Finding::OrderRefused {
                     guest_id,
                     requirement,
@@ -578,10 +595,11 @@ impl<P: Pve + 'static> Applier<P> {
                 hostname,
                 cores,
                 memory_mib,
+                share,
                 startup,
                 ..
             } => {
-                let update = ConfigUpdate {
+                let mut update = ConfigUpdate {
                     set: CtOptions {
                         hostname: hostname.clone(),
                         cores: cores.map(u32::from),
@@ -591,13 +609,30 @@ impl<P: Pve + 'static> Applier<P> {
                     },
                     ..ConfigUpdate::default()
                 };
-                let startup = startup.map(|s| s.to_string());
-                op.call(
-                    StepName::SetSpec,
-                    json!({ "vmid": vmid.get(), "hostname": hostname, "cores": cores, "memory_mib": memory_mib, "startup": startup }),
-                    pve.update_ct_config(vmid, &update),
-                )
-                .await
+                if let Some(share) = share {
+                    super::share::put_cpu(share, &mut update);
+                }
+                if update != ConfigUpdate::default() {
+                    op.call(
+                        StepName::SetSpec,
+                        json!({
+                            "vmid": vmid.get(),
+                            "hostname": hostname,
+                            "cores": cores,
+                            "memory_mib": memory_mib,
+                            "startup": startup.map(|s| s.to_string()),
+                            "cpu_weight": update.set.cpuunits,
+                            "cpu_limit": update.set.cpulimit.map(|t| t.to_string()),
+                            "delete": update.delete,
+                        }),
+                        pve.update_ct_config(vmid, &update),
+                    )
+                    .await?;
+                }
+                match share.and_then(|s| s.net_rate) {
+                    Some(rate) => super::share::set_net_rate(pve, op, vmid, rate).await,
+                    None => Ok(()),
+                }
             }
             Action::GrowRootfs {
                 from_gib, to_gib, ..

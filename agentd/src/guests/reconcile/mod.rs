@@ -16,3 +16,4 @@ pub mod provision;
 pub mod reconcile_task;
 pub mod refusals;
 pub mod replay;
+pub mod share;

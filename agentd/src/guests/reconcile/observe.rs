@@ -217,6 +217,7 @@ async fn observed_guest<P: Pve>(
         locked,
         unguarded,
         addresses: super::network_guard::configured_addresses(config),
+        share: super::share::observed(config),
         startup: config.get_str("startup"),
     }
 }

@@ -25,6 +25,9 @@ use bosun_proto::desired::{
 };
 use uuid::Uuid;
 
+use bosun_proto::share::{Share, ShareBounds, ShareRefusal};
+
+use super::share::{ObservedShare, ShareChange};
 use crate::data::recovery::BackupSource;
 use crate::data::storage::hot::HotPlaces;
 
@@ -65,6 +68,8 @@ pub struct ObservedGuest {
     /// The static addresses its interfaces configure (`ip=`, `ip6=`): where it speaks from
     /// when Proxmox's `ipfilter` holds it to them.
     pub addresses: Vec<std::net::IpAddr>,
+    /// Its CPU weight, CPU limit and interfaces' rate as Proxmox holds them.
+    pub share: ObservedShare,
     /// Its `startup` option as Proxmox holds it, if any.
     pub startup: Option<String>,
 }
@@ -102,6 +107,9 @@ pub struct Facts {
     pub awaiting_recovery: BTreeSet<Uuid>,
     /// Where hot volumes may go: the storages the signed plan (or an attached target) classes.
     pub hot_places: HotPlaces,
+    /// The signed plan's bounds on every guest's share (its `guest_share`; the agent's own
+    /// where it names none).
+    pub share_bounds: ShareBounds,
 }
 
 /// Something to do.
@@ -112,7 +120,8 @@ pub enum Action {
         /// The guest's spec.
         spec: Box<GuestSpec>,
     },
-    /// Correct hostname, cores or memory.
+    /// Correct hostname, cores, memory or the guest's share (CPU weight, CPU limit, network
+    /// rate).
     SetSpec {
         /// The guest.
         guest_id: Uuid,
@@ -124,6 +133,8 @@ pub enum Action {
         cores: Option<u16>,
         /// New memory, if it drifted.
         memory_mib: Option<u32>,
+        /// The share to write, if it drifted.
+        share: Option<ShareChange>,
         /// Its place in the node's start and stop order, if it drifted ([`super::order`]).
         startup: Option<bosun_pve::StartupOrder>,
     },
@@ -311,6 +322,14 @@ pub enum Finding {
         /// Why it has no place.
         reason: PlacementRefusal,
     },
+    /// A share value desired state asks for crosses the signed plan's (or the agent's) bound:
+    /// the bound is applied instead (decision 0100).
+    ShareRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// What was refused, and what holds instead.
+        refusal: ShareRefusal,
+    },
     /// A lock or a running operation; looked at again next pass.
     Deferred {
         /// The guest.
@@ -390,6 +409,13 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         if let Some(o) = found {
             claimed.insert(o.vmid);
         }
+        let (share, refused) =
+            bosun_proto::share::resolve(desired.share_class_of(spec), &facts.share_bounds);
+        out.findings.extend(
+            refused
+                .into_iter()
+                .map(|refusal| Finding::ShareRefused { guest_id, refusal }),
+        );
         if facts.busy.contains(&guest_id) {
             out.findings.push(Finding::Deferred { guest_id });
             continue;
@@ -451,7 +477,7 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             out.findings.push(Finding::Deferred { guest_id });
             continue;
         }
-        plan_existing(spec, o, facts, &order, &mut out);
+        plan_existing(spec, &share, o, facts, &order, &mut out);
     }
     super::order::hold(&mut out, &order, observed);
 
@@ -497,6 +523,7 @@ fn placeable(desired: &DesiredState, spec: &GuestSpec, hot: &HotPlaces, out: &mu
 
 fn plan_existing(
     spec: &GuestSpec,
+    share: &Share,
     o: &ObservedGuest,
     facts: &Facts,
     order: &bosun_proto::desired::order::BootOrder,
@@ -509,15 +536,22 @@ fn plan_existing(
         (o.hostname.as_deref() != Some(spec.hostname.as_str())).then(|| spec.hostname.clone());
     let cores = (o.cores != Some(want.cores)).then_some(want.cores);
     let memory_mib = (o.memory_mib != Some(want.memory_mib)).then_some(want.memory_mib);
+    let share = super::share::change(share, &o.share);
     let startup = super::order::startup_of(order, guest_id)
         .filter(|s| super::order::startup_drifted(o.startup.as_deref(), *s));
-    if hostname.is_some() || cores.is_some() || memory_mib.is_some() || startup.is_some() {
+    if hostname.is_some()
+        || cores.is_some()
+        || memory_mib.is_some()
+        || share.is_some()
+        || startup.is_some()
+    {
         out.actions.push(Action::SetSpec {
             guest_id,
             vmid,
             hostname,
             cores,
             memory_mib,
+            share,
             startup,
         });
     }

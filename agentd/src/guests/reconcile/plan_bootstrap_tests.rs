@@ -39,6 +39,7 @@ fn seen(guest_id: Option<Uuid>, power: ObservedPower) -> ObservedGuest {
         locked: false,
         unguarded: false,
         addresses: Vec::new(),
+        share: Default::default(),
         startup: None,
     }
 }

@@ -30,6 +30,7 @@ pub(in crate::guests::reconcile) fn desired(guests: Vec<GuestSpec>) -> DesiredSt
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     }
 }
 
@@ -57,6 +58,7 @@ pub(in crate::guests::reconcile) fn spec(n: u128, power: Power) -> GuestSpec {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
     }
@@ -78,6 +80,7 @@ pub(in crate::guests::reconcile) fn seen(
         locked: false,
         unguarded: false,
         addresses: Vec::new(),
+        share: Default::default(),
         startup: None,
     }
 }
@@ -354,6 +357,7 @@ prop_compose! {
             locked,
             unguarded: unguarded && managed,
             addresses: Vec::new(),
+            share: Default::default(),
             startup: None,
         }
     }

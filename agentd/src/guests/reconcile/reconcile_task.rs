@@ -361,6 +361,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 gone: observed.gone.clone(),
                 awaiting_recovery: facts.awaiting_recovery.clone(),
                 hot_places: facts.hot_places.clone(),
+                share_bounds: facts.share_bounds,
                 ..Facts::default()
             },
         );
@@ -401,6 +402,11 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             host_loss: BTreeMap::new(),
             awaiting_recovery: BTreeSet::new(),
             hot_places: self.hot_places(snapshot),
+            share_bounds: snapshot
+                .plan
+                .as_ref()
+                .and_then(|p| p.plan.guest_share)
+                .unwrap_or_default(),
         }
     }
 

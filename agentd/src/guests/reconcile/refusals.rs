@@ -75,6 +75,13 @@ pub fn of(
                 reason.describe(StorageClass::Fast)
             ),
         }),
+        Finding::ShareRefused { guest_id, refusal } => Some(Refused {
+            kind: RefusedKind::GuestField,
+            name: hostname(*guest_id),
+            guest_id: Some(*guest_id),
+            field: Some(format!("share_class.{}", refusal.field)),
+            reason: refusal.describe(),
+        }),
         Finding::OrderRefused {
             guest_id,
             requirement,

@@ -60,6 +60,7 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     }
 }
 

@@ -107,8 +107,10 @@ step_names! {
     Shutdown => "shutdown", waited as ShutdownCt, found as None,
     /// A guest stopped.
     Stop => "stop", waited as TaskStatus, found as None,
-    /// A guest's hostname, memory or cores changed.
+    /// A guest's hostname, memory, cores, CPU weight or CPU limit changed.
     SetSpec => "set_spec", waited as TaskStatus, found as None,
+    /// A guest's interfaces' rate limit changed (decision 0100).
+    SetNetRate => "set_net_rate", waited as TaskStatus, found as None,
     /// A vmid replay found not ours, forgotten.
     ForgetUnclaimed => "forget_unclaimed", waited as TaskStatus, found as None,
     /// A guest destroyed (a signed decommission).
@@ -267,6 +269,7 @@ mod tests {
         ("shutdown", StepName::Shutdown),
         ("stop", StepName::Stop),
         ("set_spec", StepName::SetSpec),
+        ("set_net_rate", StepName::SetNetRate),
         ("forget_unclaimed", StepName::ForgetUnclaimed),
         ("compensate_stop", StepName::CompensateStop),
         ("compensate_destroy", StepName::CompensateDestroy),

@@ -187,6 +187,7 @@ fn spec(n: u128, power: Power) -> GuestSpec {
         bulk_volumes: Vec::new(),
         hot_volumes: Vec::new(),
         thresholds: None,
+        share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
     }
@@ -216,6 +217,7 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     }
 }
 

@@ -46,6 +46,7 @@ fn desired(first: Retention, pbs: Option<Retention>) -> DesiredState {
         golden_recipe: None,
         data_plan: None,
         tunnel_credentials: None,
+        share_classes: Vec::new(),
     }
 }
 

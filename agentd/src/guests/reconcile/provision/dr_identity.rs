@@ -219,7 +219,17 @@ mod tests {
 
     #[test]
     fn an_interface_the_agent_cannot_model_is_refused_not_left_up() {
-        let restored = config(json!({ "net0": "name=eth0,bridge=vmbr0,rate=5" }));
+        let restored = config(json!({ "net0": "name=eth0,bridge=vmbr0,mtu=1400" }));
         assert!(isolated_nets(&restored).is_err());
+        // A rate limit is modelled (decision 0100): kept through the isolation.
+        let restored = config(json!({ "net0": "name=eth0,bridge=vmbr0,rate=5" }));
+        let isolated = isolated_nets(&restored).expect("a rate is modelled");
+        assert!(
+            isolated[&0]
+                .to_property_string()
+                .expect("renders")
+                .contains("rate=5"),
+            "{isolated:?}"
+        );
     }
 }
