@@ -976,8 +976,8 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
         .text()
         .await
         .unwrap();
-    assert!(page.contains("not in sync"), "{page}");
-    assert!(!page.contains(">converged<"), "{page}");
+    assert!(page.contains("NOT IN SYNC"), "{page}");
+    assert!(!page.contains(">in sync<"), "{page}");
     assert!(
         page.contains("rootfs_gib: the root disk is 40 GiB and is never shrunk"),
         "{page}"
@@ -1025,7 +1025,7 @@ async fn what_a_host_refuses_is_listed_escaped_and_names_read_as_an_operator_typ
         .text()
         .await
         .unwrap();
-    assert!(page.contains("not in sync"), "{page}");
+    assert!(page.contains("NOT IN SYNC"), "{page}");
     assert!(
         page.contains("storage target nas.hub.example:/exfil: not in the plan"),
         "{page}"

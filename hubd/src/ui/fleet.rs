@@ -197,7 +197,10 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
         .collect();
     let (state, class) = layout::rolled_state(host);
     let open = open.len();
-    let converged = host.applied_generation == host.desired_generation;
+    // The list knows no refusals (they are in the report): `converging` until applied, as
+    // `hosts list` says `no`; the host page says whether a refusal holds it.
+    let sync = bosun_proto::host_view::SyncView::of_summary(host);
+    let converged = sync.state == bosun_proto::host_view::SyncState::InSync;
     html! {
         tr data-host=(host.host_id) {
             td data-label="Host" {
@@ -208,7 +211,7 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
             td data-label="Last seen" { (layout::moment(host.last_seen, now)) }
             td data-label="Generation" {
                 "desired " (host.desired_generation) ", applied " (host.applied_generation)
-                @if !converged { " " (layout::badge("converging", "warn")) }
+                @if !converged { " " (layout::badge(sync.word, "warn")) }
             }
             td data-label="Agent" { (host.agent_version.as_deref().unwrap_or("-")) }
             td data-label="Golden base" {
