@@ -4,7 +4,8 @@
 //! guest; then the real `bosunctl status`, `bosunctl hosts show`, both with `--output json`,
 //! and the dashboard's host page are read, and for each concept (the host's state, whether it
 //! is in sync, the restore test's verdict, the plan's targets, the name a verification gives
-//! its guest) the five answers must be one.
+//! its guest) the five answers must be one. The fleet page and `hosts list`, which see the
+//! host's summary only, say it is not in sync too.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::collections::BTreeMap;
@@ -81,6 +82,14 @@ fn element_text(page: &str, marker: &str) -> Option<String> {
 fn cell(page: &str, id: &str, label: &str) -> Option<String> {
     let table = &page[page.find(&format!("id=\"{id}\""))?..];
     element_text(table, &format!("data-label=\"{label}\">"))
+}
+
+/// The text of the first badge after `marker` in `page`.
+fn badge_after(page: &str, marker: &str) -> Option<String> {
+    let rest = &page[page.find(marker)?..];
+    let badge = &rest[rest.find("class=\"badge ")?..];
+    let text = &badge[badge.find('>')? + 1..];
+    Some(text[..text.find('<')?].trim().to_owned())
 }
 
 /// `status`'s answers.
@@ -210,6 +219,7 @@ async fn status_hosts_show_their_json_and_the_dashboard_say_the_same_of_a_host()
     )
     .unwrap();
     let page = hub.dashboard(&format!("/ui/hosts/{host}")).await;
+    let fleet = hub.dashboard("/ui/").await;
 
     let views = [
         ("bosunctl status", from_status(&status)),
@@ -259,4 +269,24 @@ async fn status_hosts_show_their_json_and_the_dashboard_say_the_same_of_a_host()
         disagree.join("\n  ")
     );
     assert!(!status.contains("active /"), "{status}");
+
+    // The fleet page and `hosts list` see the host's summary only: it counts the refusal, so
+    // they say the host is not in sync too.
+    let row = format!("data-host=\"{host}\"");
+    let row = &fleet[fleet.find(&row).unwrap_or_else(|| panic!("{fleet}"))..];
+    assert_eq!(
+        badge_after(row, "data-label=\"Generation\"").as_deref(),
+        Some("NOT IN SYNC"),
+        "{fleet}"
+    );
+    assert_eq!(
+        badge_after(row, "data-label=\"State\"").as_deref(),
+        Some(state.as_str())
+    );
+    let listed = ctl_ok(&hub, &["hosts", "list"]).await;
+    let line = listed
+        .lines()
+        .find(|l| l.contains("pve-views"))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(line.split_whitespace().any(|w| w == "no"), "{listed}");
 }

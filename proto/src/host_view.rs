@@ -75,10 +75,13 @@ impl SyncView {
         }
     }
 
-    /// The sync of a host known only by its summary (a fleet list): refusals are in the report,
-    /// which a summary does not carry, so the word is `in sync` or `converging`.
+    /// The sync of a host known only by its summary (a fleet list): the refusals its last
+    /// report lists, counted by the hub.
     pub fn of_summary(s: &HostSummary) -> Self {
-        let state = if s.applied_generation >= s.desired_generation {
+        let refused = usize::try_from(s.refused).unwrap_or(usize::MAX);
+        let state = if refused > 0 {
+            SyncState::NotInSync
+        } else if s.applied_generation >= s.desired_generation {
             SyncState::InSync
         } else {
             SyncState::Converging
@@ -88,7 +91,7 @@ impl SyncView {
             word: state.word(),
             desired_generation: s.desired_generation,
             applied_generation: s.applied_generation,
-            refused: 0,
+            refused,
         }
     }
 

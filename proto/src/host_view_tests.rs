@@ -50,6 +50,16 @@ fn a_refusal_puts_a_host_out_of_sync_whatever_it_applied() {
     let mut applied = host(json!({}));
     applied.summary.applied_generation = 5;
     assert_eq!(SyncView::of(&applied).word, "in sync");
+    // A fleet list sees the summary only: the hub counts the refusals for it.
+    assert_eq!(
+        SyncView::of_summary(&applied.summary).state,
+        SyncState::InSync
+    );
+    applied.summary.refused = 1;
+    assert_eq!(
+        SyncView::of_summary(&applied.summary).state,
+        SyncState::NotInSync
+    );
 }
 
 #[test]
