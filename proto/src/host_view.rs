@@ -322,7 +322,7 @@ impl HostView {
         let mut restore: Vec<RestoreTestView> = host
             .last_report
             .iter()
-            .flat_map(|r| restore_tests(r))
+            .flat_map(restore_tests)
             .map(|t| {
                 let verdict = RestoreVerdict::of(t);
                 RestoreTestView {
