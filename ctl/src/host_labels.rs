@@ -119,7 +119,14 @@ pub fn text(labels: &BTreeMap<String, String>) -> String {
 
 /// The lines `hosts show` gives labels and capabilities.
 pub fn fields(host: &HostDetail) -> Vec<(&'static str, String)> {
-    let mut fields = vec![("labels", text(&host.summary.labels))];
+    let mut fields = vec![
+        ("labels", text(&host.summary.labels)),
+        // What the signed plan names, as the report says it (`status` and the dashboard too).
+        (
+            "plan targets",
+            list(&bosun_proto::host_view::plan_targets(host)),
+        ),
+    ];
     let Some(caps) = &host.capabilities else {
         fields.push(("capabilities", "not reported yet".to_owned()));
         return fields;
@@ -154,7 +161,6 @@ pub fn fields(host: &HostDetail) -> Vec<(&'static str, String)> {
         },
     ));
     fields.push(("storage kinds", list(&caps.storage_kinds)));
-    fields.push(("plan targets", list(&caps.plan_targets)));
     for nic in &caps.interfaces {
         fields.push((
             "interface",

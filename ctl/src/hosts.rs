@@ -231,7 +231,10 @@ async fn show(
     history_hours: Option<u32>,
 ) -> Result<(), CtlError> {
     let host_id = resolve::host_id(client, host.name()).await?;
-    let value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
+    let mut value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
+    let host: HostDetail = decode("host detail", value.clone())?;
+    // The JSON carries what the text says of the host, as every view says it.
+    crate::status::with_view(&mut value, &host)?;
     let history = match history_hours {
         Some(hours) => Some(
             client
@@ -248,7 +251,6 @@ async fn show(
             None => table::print_json(&value),
         };
     }
-    let host: HostDetail = decode("host detail", value)?;
     // No place for pins (no HOME, no --config) shows the host as not pinned.
     let known = recipients::path(global)
         .ok()
@@ -416,6 +418,8 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
         ("hostname", s.hostname.clone()),
         ("status", s.status.as_str().to_owned()),
         ("liveness", s.liveness.as_str().to_owned()),
+        // The host's state in the word `status` and the dashboard give it.
+        ("state", bosun_proto::host_view::state_word(s).0.to_owned()),
         ("last seen", table::when(s.last_seen)),
         ("enrolled", table::when(Some(host.enrolled_at))),
         ("poll interval", format!("{}s", host.poll_interval_seconds)),
@@ -490,14 +494,17 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
         if let Some(tunnel) = &report.tunnel {
             fields.push(("tunnel", crate::status::tunnel_text(tunnel)));
         }
-        if let Some(test) = &report.last_restore_test {
+        // The newest restore test, judged as `status` and the dashboard judge it.
+        if let Some(test) = bosun_proto::host_view::newest_restore_test(report) {
             fields.push((
                 "restore test",
                 format!(
-                    "{} at {} ({}s)",
-                    if test.passed { "passed" } else { "FAILED" },
+                    "{} at {} ({}), {} on {}",
+                    crate::status::restore_results::outcome(test),
                     table::when(Some(test.finished_at)),
-                    test.duration_seconds
+                    crate::status::restore_results::took(test.duration_seconds),
+                    bosun_proto::host_view::guest_name(host, test.guest_id),
+                    test.tier.as_deref().unwrap_or("-")
                 ),
             ));
         }
@@ -542,7 +549,13 @@ fn verify_fields(
     for guest_id in guests {
         for line in crate::status::verify::guest_lines(host, guest_id, now) {
             let line = line.trim().trim_start_matches("verify ").to_owned();
-            fields.push(("verify", format!("guest {guest_id} on {line}")));
+            fields.push((
+                "verify",
+                format!(
+                    "guest {} on {line}",
+                    bosun_proto::host_view::guest_name(host, guest_id)
+                ),
+            ));
         }
     }
     fields

@@ -8,11 +8,12 @@ pub(crate) mod bulk;
 pub mod golden;
 pub mod hardware;
 pub mod health;
-mod restore_results;
+pub(crate) mod restore_results;
 pub mod sync;
 pub(crate) mod verify;
 
 use bosun_proto::admin::{Alert, HostDetail, HostSummary, OpenAlert};
+use bosun_proto::host_view::{self, HostView, guest_name};
 use bosun_proto::report::GuestStatus;
 use clap::Args;
 use serde::Serialize;
@@ -100,7 +101,7 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
         .map(|g| GuestLine {
             guest_id: Some(g.guest_id),
             vmid: None,
-            hostname: g.hostname.clone(),
+            hostname: guest_name(host, g.guest_id),
             desired: true,
             observed: "absent".to_owned(),
         })
@@ -118,7 +119,9 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
             None => lines.push(GuestLine {
                 guest_id: reported.guest_id,
                 vmid: Some(reported.vmid),
-                hostname: reported.hostname.clone(),
+                hostname: reported
+                    .guest_id
+                    .map_or_else(|| reported.hostname.clone(), |id| guest_name(host, id)),
                 desired: false,
                 observed,
             }),
@@ -175,12 +178,13 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
     }
     for host in &status.hosts {
         let s = &host.summary;
+        // One word for the host's state, the dashboard's: never `active / ok` beside a
+        // critical health line.
         out.push(format!(
-            "host {} ({})  {} / {}  last seen {}  generation desired {} applied {}",
+            "host {} ({})  {}  last seen {}  generation desired {} applied {}",
             s.hostname,
             s.host_id,
-            s.status.as_str(),
-            s.liveness.as_str(),
+            host_view::state_word(s).0,
             table::when(s.last_seen),
             s.desired_generation,
             s.applied_generation,
@@ -263,6 +267,36 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
     out
 }
 
+/// The `--output json` answer: the fleet as the hub serves it, each host with its `view`
+/// ([`HostView`]): what the text says of it, as every view says it.
+pub fn json_value(status: &FleetStatus) -> Result<serde_json::Value, CtlError> {
+    let mut value = serde_json::to_value(status).map_err(|source| CtlError::Decode {
+        what: "status".to_owned(),
+        source,
+    })?;
+    if let Some(hosts) = value
+        .get_mut("hosts")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for (json, host) in hosts.iter_mut().zip(&status.hosts) {
+            with_view(json, host)?;
+        }
+    }
+    Ok(value)
+}
+
+/// Adds `host`'s [`HostView`] to its JSON object `json` as `view`.
+pub fn with_view(json: &mut serde_json::Value, host: &HostDetail) -> Result<(), CtlError> {
+    let view = serde_json::to_value(HostView::of(host)).map_err(|source| CtlError::Decode {
+        what: "host view".to_owned(),
+        source,
+    })?;
+    if let Some(fields) = json.as_object_mut() {
+        fields.insert("view".to_owned(), view);
+    }
+    Ok(())
+}
+
 /// The `--check` answer: the exit status of the worst host and one line naming what is wrong
 /// ([`health::check_line`]).
 pub fn check_line(status: &FleetStatus) -> (u8, String) {
@@ -304,11 +338,7 @@ pub async fn run(client: &HubClient, json: bool, args: &StatusArgs) -> Result<()
     }
     let status = FleetStatus::fetch(client, args.alerts).await?;
     if json {
-        let value = serde_json::to_value(&status).map_err(|source| CtlError::Decode {
-            what: "status".to_owned(),
-            source,
-        })?;
-        return table::print_json(&value);
+        return table::print_json(&json_value(&status)?);
     }
     // Each rendered line is one line: whatever a host put into it is escaped.
     for line in render(&status) {

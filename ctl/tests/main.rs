@@ -19,3 +19,4 @@ mod remote_text;
 mod secret_seal;
 mod sign_floor;
 mod tokens;
+mod views_agree;

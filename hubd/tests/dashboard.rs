@@ -976,8 +976,8 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
         .text()
         .await
         .unwrap();
-    assert!(page.contains("not in sync"), "{page}");
-    assert!(!page.contains(">converged<"), "{page}");
+    assert!(page.contains("NOT IN SYNC"), "{page}");
+    assert!(!page.contains(">in sync<"), "{page}");
     assert!(
         page.contains("rootfs_gib: the root disk is 40 GiB and is never shrunk"),
         "{page}"
@@ -1025,7 +1025,7 @@ async fn what_a_host_refuses_is_listed_escaped_and_names_read_as_an_operator_typ
         .text()
         .await
         .unwrap();
-    assert!(page.contains("not in sync"), "{page}");
+    assert!(page.contains("NOT IN SYNC"), "{page}");
     assert!(
         page.contains("storage target nas.hub.example:/exfil: not in the plan"),
         "{page}"
@@ -1034,6 +1034,30 @@ async fn what_a_host_refuses_is_listed_escaped_and_names_read_as_an_operator_typ
     // The PBS target by its label; its whole identity only in the title.
     assert!(page.contains(">offsite-pbs<"), "{page}");
     assert!(!page.contains(&format!(">{pbs}<")), "{page}");
+    // The host's summary counts the refusal (in either store): the admin list carries it and
+    // the fleet page says the host is not in sync, as its own page does.
+    let listed: serde_json::Value = hub
+        .admin(Method::GET, "/v1/admin/hosts", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let summary = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host_id"] == serde_json::json!(host))
+        .unwrap();
+    assert_eq!(summary["refused"], 1, "{summary}");
+    let fleet = get(&hub, &client, "/ui/", Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let row = &fleet[fleet.find(&format!("data-host=\"{host}\"")).unwrap()..];
+    let generation = &row[row.find("data-label=\"Generation\"").unwrap()..];
+    let generation = &generation[..generation.find("</td>").unwrap()];
+    assert!(generation.contains("NOT IN SYNC"), "{generation}");
 
     // The events page names the host, not its id.
     let events = get(&hub, &client, "/ui/events", Some(&session))

@@ -228,6 +228,15 @@ pub struct HostSummary {
     /// The golden base the host's last report says it provisions guests from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub golden: Option<crate::golden_report::GoldenSummary>,
+    /// How many parts of desired state the host's last report refuses (decision 0065): while
+    /// any is, the host is not in sync whatever generation it applied. Absent when none is.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused: u64,
+}
+
+/// Whether a count is zero (left out of the JSON).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The hub's escrow of a host's PBS key K (`bosun.escrow/v1`, `PUT /v1/hosts/{id}/escrow`).

@@ -60,6 +60,7 @@ pub mod hardware;
 pub mod health;
 pub mod helper;
 pub mod history;
+pub mod host_view;
 pub mod hub_pins;
 pub mod ids;
 pub mod inert;

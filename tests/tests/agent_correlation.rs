@@ -4,7 +4,9 @@
 //! the generation caused in the agent's journal, comes back to the hub in the agent's report
 //! of its journal, and `bosunctl explain --host H --correlation-id C` finds them through the
 //! hub (and `bosun-agentctl explain` in the host's own journal). `desired diff` shows a change the stopped agent has not applied and nothing once it
-//! has; `--wait` gives up with exit 11 and a clear message while the agent is stopped.
+//! has; `--wait` gives up with exit 11 and a clear message while the agent is stopped. A
+//! refused generation is never reported applied, and an agent restarted while the refusal
+//! stands reports the generation it had applied, not none.
 //!
 //! Needs the workspace's binaries built (`cargo build --workspace --bins`; `make test` does).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -416,6 +418,56 @@ async fn a_correlation_id_goes_from_bosunctl_to_the_journal_and_back_through_the
         (Some("6"), Some("10"))
     );
     assert_eq!(row["progress"], "refused");
+
+    // The agent restarts while the refusal stands. It reports the generation it had applied
+    // (the journal keeps it), never none: the hub's applied generation does not drop, and
+    // every view still says the host refuses generation 3 with generation 2 applied.
+    agent.stop().await;
+    let restarted = jiff::Timestamp::now();
+    let agent = InProcessAgent::start(&files.config_path).await;
+    assert_eq!(
+        agent.handles.reconcile.borrow().applied_generation,
+        2,
+        "the restarted agent starts from the generation it had applied"
+    );
+    // Two polls of the restarted agent, each with the refusal in its report.
+    for poll in 1..=2 {
+        let since = if poll == 1 {
+            restarted
+        } else {
+            jiff::Timestamp::now()
+        };
+        eventually(
+            Duration::from_secs(60),
+            "a poll of the restarted agent, the refusal in its report",
+            || {
+                let hub = &hub;
+                async move {
+                    let host = hub.host(host).await;
+                    let seen = host["last_seen"]
+                        .as_str()
+                        .and_then(|s| s.parse::<jiff::Timestamp>().ok());
+                    seen.is_some_and(|seen| seen > since)
+                        && host["last_report"]["refused"]
+                            .as_array()
+                            .is_some_and(|r| r.iter().any(|r| r["field"] == "rootfs_gib"))
+                }
+            },
+        )
+        .await;
+        let detail = hub.host(host).await;
+        assert_eq!(
+            (&detail["desired_generation"], &detail["applied_generation"]),
+            (&Value::from(3), &Value::from(2)),
+            "after the restart the hub's applied generation stays: {detail}"
+        );
+    }
+    let (status, _) = ok(&hub, home.path(), &["status"]).await;
+    assert!(
+        status.contains("generation desired 3 applied 2")
+            && status.contains("NOT IN SYNC: the host refuses 1 part of desired state"),
+        "{status}"
+    );
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;

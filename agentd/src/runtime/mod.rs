@@ -330,6 +330,7 @@ async fn spawn_all(
         desired_tx,
         provisioner,
         leftover,
+        applied_generation,
         ..
     } = replayed;
     spawn::resume_interrupted(
@@ -373,6 +374,7 @@ async fn spawn_all(
             health,
             slots,
             controllers,
+            applied_generation,
         },
     );
     let metrics = spawn::metrics(&w, reconcile.status(), hub_status.clone());

@@ -37,6 +37,9 @@ pub(super) struct Replayed {
     pub controllers: ControllerBoard,
     /// The bootstrap issuer provisioning uses, for the `adopt` jobs that ask for a bootstrap.
     pub bootstrap_issuer: Option<BootstrapIssuer>,
+    /// The generation a reconcile pass last applied, as the journal recorded it: reported
+    /// until a pass applies another.
+    pub applied_generation: u64,
     /// The unfinished operations other subsystems replay.
     pub leftover: Leftover,
 }
@@ -72,6 +75,10 @@ pub(super) async fn replay(
         ..
     } = opened;
     let cached = cached_desired(journal).await?;
+    let applied_generation = journal
+        .applied_generation()
+        .await
+        .map_err(AgentError::Journal)?;
     // The hub's document (from the cache, then each poll) goes through the data plan's gate:
     // every task acts on the document held to the signed plan.
     let (desired_tx, raw_desired_rx) = watch::channel(cached);
@@ -159,6 +166,7 @@ pub(super) async fn replay(
         golden_pending,
         controllers,
         bootstrap_issuer,
+        applied_generation,
         leftover: Leftover {
             jobs,
             backups,

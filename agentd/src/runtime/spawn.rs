@@ -527,6 +527,8 @@ pub(super) struct LoopParts {
     pub slots: Option<Arc<SlotBook>>,
     /// The controllers' board: what each guest's controller reports it runs.
     pub controllers: ControllerBoard,
+    /// The generation the journal recorded applied before this start.
+    pub applied_generation: u64,
 }
 
 /// The reconcile loop (with the host-loss search on a box that took over a lost host) and
@@ -554,6 +556,7 @@ pub(super) fn reconcile_and_hub(
         config.reconcile.interval,
         config.reconcile.restart_attempts,
     );
+    let reconcile_task = reconcile_task.with_applied(parts.applied_generation);
     // A box that took over a lost host restores the host's guests from PBS.
     let reconcile_task = if host.identity.replaces.is_some() {
         reconcile_task.with_host_loss(HostLossSearch::new(

@@ -7,7 +7,6 @@ use bosun_proto::desired::Retention;
 use bosun_proto::report::{BackupReport, StateReport, TargetReport, TargetStatus, TierReport};
 use jiff::Timestamp;
 use serde::Serialize;
-use uuid::Uuid;
 
 use crate::table;
 
@@ -65,7 +64,17 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
         ),
         None => "  data plan         none signed (no target is used)".to_owned(),
     };
-    std::iter::once(plan)
+    let targets = bosun_proto::host_view::plan_targets(host);
+    let targets = format!(
+        "  plan targets      {}",
+        if targets.is_empty() {
+            "-".to_owned()
+        } else {
+            targets.join(", ")
+        }
+    );
+    [plan, targets]
+        .into_iter()
         .chain(report.storage.iter().map(|t| {
             let mut line = format!(
                 "  storage {}  {}  {}  {}  free {}",
@@ -101,7 +110,7 @@ pub fn tier_lines(host: &HostDetail, now: Timestamp) -> Vec<String> {
             None => "(target not reported)".to_owned(),
         };
         let guests: Vec<String> = tier_backups(report, tier)
-            .map(|b| guest_backup(host, report, b, now))
+            .map(|b| guest_backup(host, b, now))
             .collect();
         let backups = if guests.is_empty() {
             "no backups yet".to_owned()
@@ -137,40 +146,17 @@ fn tier_backups<'a>(
 }
 
 /// `3h ago (web1)`, `never (web2)`, with ` FAILED 20m ago` when the newest run failed.
-fn guest_backup(
-    host: &HostDetail,
-    report: &StateReport,
-    b: &BackupReport,
-    now: Timestamp,
-) -> String {
+fn guest_backup(host: &HostDetail, b: &BackupReport, now: Timestamp) -> String {
     let good = b.ok.then_some(b.finished_at).max(b.last_ok_at);
     let mut text = format!(
         "{} ({})",
         good.map_or_else(|| "never".to_owned(), |at| table::ago(at, now)),
-        guest_name(host, report, b.guest_id)
+        bosun_proto::host_view::guest_name(host, b.guest_id)
     );
     if !b.ok {
         text.push_str(&format!(" FAILED {}", table::ago(b.finished_at, now)));
     }
     text
-}
-
-/// The guest's hostname from the report, else desired state, else its id.
-pub(super) fn guest_name(host: &HostDetail, report: &StateReport, guest_id: Uuid) -> String {
-    report
-        .guests
-        .iter()
-        .filter(|g| g.guest_id == Some(guest_id))
-        .map(|g| g.hostname.clone())
-        .chain(
-            host.desired
-                .iter()
-                .flat_map(|d| &d.guests)
-                .filter(|g| g.guest_id == guest_id)
-                .map(|g| g.hostname.clone()),
-        )
-        .find(|name| !name.is_empty())
-        .unwrap_or_else(|| guest_id.to_string())
 }
 
 fn target_status(target: &TargetReport) -> String {

@@ -9,8 +9,9 @@ use bosun_proto::report::{BulkVolumeReport, StateReport};
 use jiff::Timestamp;
 use uuid::Uuid;
 
-use super::backups::{guest_name, target_name};
+use super::backups::target_name;
 use crate::table;
+use bosun_proto::host_view::guest_name;
 
 /// Most characters of the agent's words (an error, who acknowledged) a line repeats.
 const MAX_WORDS: usize = 200;
@@ -42,7 +43,7 @@ pub fn fields(host: &HostDetail, now: Timestamp) -> Vec<(&'static str, String)> 
                 "bulk volume",
                 format!(
                     "guest {} {}",
-                    plain(&guest_name(host, report, v.guest_id)),
+                    plain(&guest_name(host, v.guest_id)),
                     describe(host, report, v, now)
                 ),
             )

@@ -1,46 +1,36 @@
 //! The restore-test lines of `bosunctl status`: under each guest, the last restore test from
 //! each tier it was tested on (outcome, age, duration, and for one that did not pass its detail
 //! and the last pass), and for the host the newest of them. They come from the report's
-//! `restore_tests`, or its `last_restore_test` from an agent that sends no list.
+//! `restore_tests`, or its `last_restore_test` from an agent that sends no list
+//! ([`host_view::restore_tests`]); each verdict is [`RestoreVerdict`]'s, as in every view.
 
 use bosun_proto::admin::HostDetail;
-use bosun_proto::report::{RestoreTestOutcome, RestoreTestReport, StateReport};
+use bosun_proto::host_view::{self, RestoreVerdict};
+use bosun_proto::report::RestoreTestReport;
 use jiff::Timestamp;
 use uuid::Uuid;
 
-use super::backups::guest_name;
 use crate::table;
-
-/// The restore-test results `report` carries.
-fn results(report: &StateReport) -> &[RestoreTestReport] {
-    if report.restore_tests.is_empty() {
-        report.last_restore_test.as_slice()
-    } else {
-        &report.restore_tests
-    }
-}
+use bosun_proto::host_view::guest_name;
 
 /// The host's newest restore test: `passed at <when> (41s), <guest> on <tier>`, or `never`.
 pub fn last_restore_test(host: &HostDetail) -> String {
     let Some(report) = &host.last_report else {
         return "never".to_owned();
     };
-    results(report)
-        .iter()
-        .max_by_key(|t| t.finished_at)
-        .map_or_else(
-            || "never".to_owned(),
-            |t| {
-                format!(
-                    "{} at {} ({}), {} on {}",
-                    outcome(t),
-                    table::when(Some(t.finished_at)),
-                    took(t.duration_seconds),
-                    guest_name(host, report, t.guest_id),
-                    tier(t)
-                )
-            },
-        )
+    host_view::newest_restore_test(report).map_or_else(
+        || "never".to_owned(),
+        |t| {
+            format!(
+                "{} at {} ({}), {} on {}",
+                outcome(t),
+                table::when(Some(t.finished_at)),
+                took(t.duration_seconds),
+                guest_name(host, t.guest_id),
+                tier(t)
+            )
+        },
+    )
 }
 
 /// One line per tier `guest_id` was restore-tested from, by tier name:
@@ -51,7 +41,7 @@ pub fn guest_lines(host: &HostDetail, guest_id: Uuid, now: Timestamp) -> Vec<Str
     let Some(report) = &host.last_report else {
         return Vec::new();
     };
-    let mut tests: Vec<&RestoreTestReport> = results(report)
+    let mut tests: Vec<&RestoreTestReport> = host_view::restore_tests(report)
         .iter()
         .filter(|t| t.guest_id == guest_id)
         .collect();
@@ -68,13 +58,13 @@ pub fn stray_lines(host: &HostDetail, listed: &[Option<Uuid>], now: Timestamp) -
     let Some(report) = &host.last_report else {
         return Vec::new();
     };
-    results(report)
+    host_view::restore_tests(report)
         .iter()
         .filter(|t| !listed.contains(&Some(t.guest_id)))
         .map(|t| {
             format!(
                 "  restore-test of {} from {}  {}",
-                guest_name(host, report, t.guest_id),
+                guest_name(host, t.guest_id),
                 tier(t),
                 summary(t, now)
             )
@@ -102,28 +92,14 @@ fn summary(t: &RestoreTestReport, now: Timestamp) -> String {
     text
 }
 
-/// Whether it passed: its outcome, or its `passed` flag when the outcome is absent or unknown.
-/// Booted but not checked is no pass.
+/// Whether it passed ([`RestoreVerdict`]): booted but not checked is no pass.
 fn passed(t: &RestoreTestReport) -> bool {
-    match t.outcome {
-        Some(RestoreTestOutcome::Passed) => true,
-        Some(
-            RestoreTestOutcome::Failed
-            | RestoreTestOutcome::Interrupted
-            | RestoreTestOutcome::NotChecked,
-        ) => false,
-        None | Some(RestoreTestOutcome::Unknown) => t.passed,
-    }
+    RestoreVerdict::of(t).passed()
 }
 
-/// `passed`, `FAILED`, `INTERRUPTED` or `booted, NOT CHECKED` (what needs a look stands out).
-fn outcome(t: &RestoreTestReport) -> &'static str {
-    match (t.outcome, passed(t)) {
-        (Some(RestoreTestOutcome::Interrupted), _) => "INTERRUPTED",
-        (Some(RestoreTestOutcome::NotChecked), _) => "booted, NOT CHECKED",
-        (_, true) => "passed",
-        (_, false) => "FAILED",
-    }
+/// `passed`, `FAILED`, `INTERRUPTED` or `booted, NOT CHECKED` ([`RestoreVerdict::word`]).
+pub(crate) fn outcome(t: &RestoreTestReport) -> &'static str {
+    RestoreVerdict::of(t).word()
 }
 
 /// The tier's storage, or `-` from an agent that names none.
@@ -132,7 +108,7 @@ fn tier(t: &RestoreTestReport) -> &str {
 }
 
 /// `41s`, `2m 5s`, `1h 2m`.
-fn took(secs: u64) -> String {
+pub(crate) fn took(secs: u64) -> String {
     match secs {
         s if s < 60 => format!("{s}s"),
         s if s < 3_600 && s % 60 == 0 => format!("{}m", s / 60),

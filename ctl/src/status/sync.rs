@@ -1,8 +1,10 @@
 //! Whether a host is in sync with its desired state, as `bosunctl status` and `hosts show` say
 //! it: in sync only when the host applied the current generation and refuses none of it; what it
-//! refuses is listed with the agent's reason (decision 0065).
+//! refuses is listed with the agent's reason (decision 0065). The judgment is
+//! [`bosun_proto::host_view::SyncView`]'s, the dashboard's too.
 
 use bosun_proto::admin::{HostDetail, HostSummary};
+use bosun_proto::host_view::{SyncState, SyncView};
 use bosun_proto::refused::Refused;
 
 /// What the host last reported refusing.
@@ -16,7 +18,7 @@ pub fn refused(host: &HostDetail) -> &[Refused] {
 /// generation, else `no` (a host that refuses part of it never reports it applied; `hosts show`
 /// and `status` say what and why).
 pub fn word(summary: &HostSummary) -> &'static str {
-    if summary.applied_generation >= summary.desired_generation {
+    if SyncView::of_summary(summary).state == SyncState::InSync {
         "yes"
     } else {
         "no"
@@ -34,23 +36,7 @@ pub fn lines(host: &HostDetail) -> Vec<String> {
     out
 }
 
-/// Whether the host is in sync, in one sentence.
+/// Whether the host is in sync, in one sentence ([`SyncView::sentence`]).
 pub fn head(host: &HostDetail) -> String {
-    let s = &host.summary;
-    let refused = refused(host);
-    if !refused.is_empty() {
-        format!(
-            "NOT IN SYNC: the host refuses {} part{} of desired state (generation {} not applied)",
-            refused.len(),
-            if refused.len() == 1 { "" } else { "s" },
-            s.desired_generation
-        )
-    } else if s.applied_generation >= s.desired_generation {
-        format!("in sync: generation {} applied", s.desired_generation)
-    } else {
-        format!(
-            "not in sync yet: generation {} not applied (last applied {})",
-            s.desired_generation, s.applied_generation
-        )
-    }
+    SyncView::of(host).sentence()
 }

@@ -422,13 +422,30 @@ fn a_host_stopped_on_purpose_shows_stopped() {
     let mut detail = host(json!([]));
     detail.summary.liveness = bosun_proto::admin::Liveness::Stopped;
     detail.summary.stopped_at = detail.summary.last_seen;
-    let status = FleetStatus {
+    // The hub rolls a stopped host up to a warning (liveness sets its level).
+    detail.summary.health = Some(bosun_proto::rollup::HostRollup {
+        level: bosun_proto::rollup::HealthLevel::Warning,
+        reasons: Vec::new(),
+    });
+    let mut status = FleetStatus {
         hosts: vec![detail],
         alerts: Vec::new(),
         open_alerts: Vec::new(),
     };
-    let lines = render_at(&status, "2026-11-21T01:05:00Z".parse().unwrap());
-    assert!(lines[0].contains("active / stopped"), "{}", lines[0]);
+    let now = "2026-11-21T01:05:00Z".parse().unwrap();
+    let lines = render_at(&status, now);
+    assert!(lines[0].contains(")  stopped  last seen"), "{}", lines[0]);
+    // An active host heard from, rolled up critical, is `critical` in the header, as its
+    // health line says: never `active / ok`.
+    let host = &mut status.hosts[0];
+    host.summary.liveness = bosun_proto::admin::Liveness::Ok;
+    host.summary.health = Some(bosun_proto::rollup::HostRollup {
+        level: bosun_proto::rollup::HealthLevel::Critical,
+        reasons: Vec::new(),
+    });
+    let lines = render_at(&status, now);
+    assert!(lines[0].contains(")  critical  last seen"), "{}", lines[0]);
+    assert!(!lines[0].contains("active"), "{}", lines[0]);
 }
 
 /// `host` with `edit` applied to its JSON.

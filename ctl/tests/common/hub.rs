@@ -77,6 +77,52 @@ impl Fixture {
         .await
     }
 
+    /// The dashboard page at `path` (`/ui/hosts/ID`), logged in with the admin token as an
+    /// operator's browser would: the login form posted from the hub's own origin, the session
+    /// cookie sent back.
+    pub async fn dashboard(&self, path: &str) -> String {
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(
+                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
+                    .expect("a valid fingerprint"),
+            )
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let resp = client
+            .post(format!("{}/ui/login", self.url))
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(reqwest::header::ORIGIN, &self.url)
+            .body(format!("token={}", self.admin.replace('+', "%2B")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.status(),
+            reqwest::StatusCode::SEE_OTHER,
+            "dashboard login"
+        );
+        let cookie = resp.headers()[reqwest::header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let resp = client
+            .get(format!("{}{path}", self.url))
+            .header(reqwest::header::COOKIE, cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), reqwest::StatusCode::OK, "{path}");
+        resp.text().await.unwrap()
+    }
+
     /// Enrolls a host named `hostname` with a fresh token, as its agent would; its id.
     pub async fn enroll_agent(&self, hostname: &str) -> Uuid {
         self.enroll(hostname).await.0

@@ -28,13 +28,19 @@ fn summary_select(dialect: Dialect, filter: &str) -> String {
         Dialect::Postgres => format!("(r.report::json -> 'golden' -> 'current' ->> '{field}')"),
     };
     let (version, sha256, built_at) = (golden("version"), golden("sha256"), golden("built_at"));
+    // How many parts of desired state the report refuses (decision 0065).
+    let refused = dialect.pick(
+        "CASE WHEN json_valid(r.report) THEN json_array_length(r.report, '$.refused') END",
+        "CASE WHEN json_typeof(r.report::json -> 'refused') = 'array'
+              THEN CAST(json_array_length(r.report::json -> 'refused') AS BIGINT) END",
+    );
     format!(
         "SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms,
                 h.agent_version, h.controller_version, COALESCE(d.generation, 0),
                 h.known_generation, h.applied_generation,
                 (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued'),
                 e.key_fingerprint, e.updated_ms, {reported_fingerprint}, h.stopped_ms,
-                {version}, {sha256}, {built_at}
+                {version}, {sha256}, {built_at}, {refused}
          FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
               LEFT JOIN escrow e ON e.host_id = h.host_id
               LEFT JOIN host_reports r ON r.host_id = h.host_id
@@ -62,6 +68,7 @@ fn summary(row: &Row<'_, '_>) -> rusqlite::Result<RawSummary> {
         golden_version: row.get(15)?,
         golden_sha256: row.get(16)?,
         golden_built_at: row.get(17)?,
+        refused: row.get(18)?,
     })
 }
 
@@ -84,6 +91,7 @@ struct RawSummary {
     golden_version: Option<String>,
     golden_sha256: Option<String>,
     golden_built_at: Option<String>,
+    refused: Option<i64>,
 }
 
 impl RawSummary {
@@ -118,6 +126,7 @@ impl RawSummary {
                 self.golden_sha256,
                 self.golden_built_at,
             ),
+            refused: self.refused.map_or(0, unsigned),
         })
     }
 }

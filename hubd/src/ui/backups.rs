@@ -3,12 +3,11 @@
 //! per guest and tier, and the storage targets.
 
 use bosun_proto::admin::HostDetail;
-use bosun_proto::report::{
-    BackupReport, RestoreTestOutcome, RestoreTestReport, StateReport, TargetStatus,
-};
+pub(crate) use bosun_proto::host_view::guest_name;
+use bosun_proto::host_view::{self, RestoreVerdict};
+use bosun_proto::report::{BackupReport, RestoreTestReport, StateReport, TargetStatus};
 use jiff::Timestamp;
 use maud::{Markup, html};
-use uuid::Uuid;
 
 use super::layout;
 
@@ -59,24 +58,6 @@ pub(crate) fn target_label(host: &HostDetail, durable_id: &str) -> String {
                 .map_or(durable_id, |(id, _)| id)
                 .to_owned()
         })
-}
-
-/// The guest's hostname from the report, else desired state, else its id.
-pub(crate) fn guest_name(host: &HostDetail, guest_id: Uuid) -> String {
-    host.last_report
-        .iter()
-        .flat_map(|r| &r.guests)
-        .filter(|g| g.guest_id == Some(guest_id))
-        .map(|g| g.hostname.clone())
-        .chain(
-            host.desired
-                .iter()
-                .flat_map(|d| &d.guests)
-                .filter(|g| g.guest_id == guest_id)
-                .map(|g| g.hostname.clone()),
-        )
-        .find(|name| !name.trim().is_empty())
-        .unwrap_or_else(|| guest_id.to_string())
 }
 
 /// Backups per tier and guest: last good with its age, and the newest run when it failed.
@@ -150,21 +131,12 @@ pub(crate) fn size(bytes: u64) -> String {
     }
 }
 
-/// The restore-test results a report carries (its list, or the single last one).
-fn restore_results(report: &StateReport) -> &[RestoreTestReport] {
-    if report.restore_tests.is_empty() {
-        report.last_restore_test.as_slice()
-    } else {
-        &report.restore_tests
-    }
-}
-
 /// The last restore test per guest and tier.
 pub(crate) fn restore_tests(host: &HostDetail, now: Timestamp) -> Markup {
     let mut tests: Vec<&RestoreTestReport> = host
         .last_report
         .as_ref()
-        .map(|r| restore_results(r).iter().collect())
+        .map(|r| host_view::restore_tests(r).iter().collect())
         .unwrap_or_default();
     tests.sort_by_key(|t| std::cmp::Reverse(t.finished_at));
     html! {
@@ -179,23 +151,18 @@ pub(crate) fn restore_tests(host: &HostDetail, now: Timestamp) -> Markup {
                     } }
                     tbody {
                         @for t in &tests {
-                            @let passed = t.outcome.map_or(t.passed, |o| o == RestoreTestOutcome::Passed);
-                            @let last_passed = t.passed.then_some(t.finished_at).max(t.last_passed_at);
+                            @let verdict = RestoreVerdict::of(t);
+                            @let last_passed = verdict.passed().then_some(t.finished_at).max(t.last_passed_at);
                             tr {
                                 td data-label="Guest" { (guest_name(host, t.guest_id)) }
                                 td data-label="Tier" { (t.tier.as_deref().unwrap_or("-")) }
                                 td data-label="Outcome" {
-                                    @let outcome = match t.outcome {
-                                        None => if t.passed { "passed".to_owned() } else { "failed".to_owned() },
-                                        Some(RestoreTestOutcome::NotChecked) => "booted, not checked".to_owned(),
-                                        Some(o) => layout::wire(Some(&o)),
+                                    @let class = match verdict {
+                                        RestoreVerdict::Passed => "ok",
+                                        RestoreVerdict::NotChecked => "warn",
+                                        RestoreVerdict::Failed | RestoreVerdict::Interrupted => "danger",
                                     };
-                                    @let class = match t.outcome {
-                                        _ if passed => "ok",
-                                        Some(RestoreTestOutcome::NotChecked) => "warn",
-                                        _ => "danger",
-                                    };
-                                    (layout::badge(&outcome, class))
+                                    (layout::badge(verdict.word(), class))
                                 }
                                 td data-label="Finished" { (layout::moment(Some(t.finished_at), now)) }
                                 td data-label="Took" { (layout::took(t.duration_seconds)) }
@@ -217,6 +184,7 @@ pub(crate) fn storage(host: &HostDetail) -> Markup {
         .as_ref()
         .map_or(&[][..], |r| r.storage.as_slice());
     let plan = host.last_report.as_ref().and_then(|r| r.data_plan.as_ref());
+    let plan_targets = host_view::plan_targets(host).join(", ");
     html! {
         @if let Some(plan) = plan {
             p id="data-plan" {
@@ -224,6 +192,7 @@ pub(crate) fn storage(host: &HostDetail) -> Markup {
                 " (issued " (plan.issued_at) "): " (plan.targets.len()) " target(s), "
                 "backups at least " (plan.min_interval_seconds) " s apart."
             }
+            p { "Plan targets: " span id="plan-targets" { (plan_targets) } }
         } @else {
             p id="data-plan" class="empty" {
                 "No signed data plan: the host uses no storage target."

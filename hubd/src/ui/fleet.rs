@@ -197,7 +197,15 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
         .collect();
     let (state, class) = layout::rolled_state(host);
     let open = open.len();
-    let converged = host.applied_generation == host.desired_generation;
+    // As every view says it: a refusal in the host's report puts it out of sync whatever it
+    // applied.
+    let sync = bosun_proto::host_view::SyncView::of_summary(host);
+    let sync_class = match sync.state {
+        bosun_proto::host_view::SyncState::InSync => "ok",
+        bosun_proto::host_view::SyncState::Converging => "warn",
+        bosun_proto::host_view::SyncState::NotInSync => "danger",
+    };
+    let converged = sync.state == bosun_proto::host_view::SyncState::InSync;
     html! {
         tr data-host=(host.host_id) {
             td data-label="Host" {
@@ -208,7 +216,7 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
             td data-label="Last seen" { (layout::moment(host.last_seen, now)) }
             td data-label="Generation" {
                 "desired " (host.desired_generation) ", applied " (host.applied_generation)
-                @if !converged { " " (layout::badge("converging", "warn")) }
+                @if !converged { " " (layout::badge(sync.word, sync_class)) }
             }
             td data-label="Agent" { (host.agent_version.as_deref().unwrap_or("-")) }
             td data-label="Golden base" {

@@ -9,6 +9,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Html;
 use bosun_proto::admin::{AuditRecord, Event, HostDetail, JobRecord, JobState};
 use bosun_proto::desired::GuestSpec;
+use bosun_proto::host_view::{self, SyncState, SyncView};
 use bosun_proto::report::{GuestReport, GuestStatus};
 use jiff::Timestamp;
 use maud::{Markup, html};
@@ -165,29 +166,26 @@ fn summary(host: &HostDetail, now: Timestamp) -> Markup {
 
 fn generations(host: &HostDetail) -> Markup {
     let s = &host.summary;
-    let converged = s.applied_generation == s.desired_generation;
-    // What the host reports it refuses (decision 0065), with why; a guest's refused field is
-    // also shown under Guests.
+    // Whether the host is in sync, as every view says it: what it reports it refuses (decision
+    // 0065), or a guest's field it cannot apply, puts it out of sync whatever it applied.
+    let sync = SyncView::of(host);
+    let class = match sync.state {
+        SyncState::InSync => "ok",
+        SyncState::Converging => "warn",
+        SyncState::NotInSync => "danger",
+    };
     let reported = host
         .last_report
         .as_ref()
         .map_or(&[][..], |r| r.refused.as_slice());
-    let refused = !reported.is_empty()
-        || guest_rows(host)
-            .iter()
-            .any(|row| !unappliable(row).is_empty());
     html! {
         p id="generations" {
             "Desired state generation " strong { (s.desired_generation) }
             "; the agent holds " (s.known_generation)
             " and last applied " strong { (s.applied_generation) } ". "
-            @if refused {
-                (layout::badge("not in sync", "danger"))
+            span id="sync" { (layout::badge(sync.word, class)) }
+            @if sync.state == SyncState::NotInSync {
                 " the host refuses part of desired state"
-            } @else if converged {
-                (layout::badge("converged", "ok"))
-            } @else {
-                (layout::badge("converging", "warn"))
             }
         }
         @if !reported.is_empty() {
@@ -254,20 +252,27 @@ fn guests(host: &HostDetail) -> Markup {
                         th { "Guest" } th { "VMID" } th { "Desired" } th { "Current" }
                         th { "Controller" } th { "Customer" }
                     } }
-                    tbody { @for row in &rows { (guest_row(row)) } }
+                    tbody { @for row in &rows { (guest_row(host, row)) } }
                 }
             }
         }
     }
 }
 
-fn guest_row(row: &GuestRow<'_>) -> Markup {
-    let name = row
-        .current
-        .map(|g| g.hostname.as_str())
-        .filter(|n| !n.is_empty())
-        .or(row.desired.map(|d| d.hostname.as_str()))
-        .unwrap_or("-");
+fn guest_row(host: &HostDetail, row: &GuestRow<'_>) -> Markup {
+    // A guest with an id is named as every view names it; one without, by what it reports.
+    let id = row
+        .desired
+        .map(|d| d.guest_id)
+        .or(row.current.and_then(|g| g.guest_id));
+    let name = match id {
+        Some(id) => host_view::guest_name(host, id),
+        None => row
+            .current
+            .map(|g| g.hostname.clone())
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| "-".to_owned()),
+    };
     let vmid = row
         .current
         .map(|g| g.vmid)

@@ -160,34 +160,21 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
     }
 }
 
-/// How a host is shown in one word and a badge class: `revoked` and `pending approval` as they
-/// are, otherwise the hub's one health roll-up ([`crate::health::roll_up`]) — `ok`, `warning` or
+/// How a host is shown in one word and a badge class: the word every view gives its state
+/// ([`bosun_proto::host_view::state_word`]): `revoked` and `pending approval` as they are,
+/// otherwise the hub's one health roll-up ([`crate::health::roll_up`]) — `ok`, `warning` or
 /// `critical` — the very level `bosunctl status`, `status --check`, `hosts list` and `/metrics`
 /// show.
 pub(crate) fn rolled_state(host: &HostSummary) -> (&'static str, &'static str) {
-    match host.status {
-        HostStatus::Revoked => return ("revoked", "muted"),
-        HostStatus::PendingApproval => return ("pending approval", "warn"),
-        HostStatus::Active => {}
-    }
-    let level = host.health.as_ref().map_or(HealthLevel::Ok, |h| h.level);
-    let (word, class) = match level {
-        HealthLevel::Ok => ("ok", "ok"),
-        HealthLevel::Warning => ("warning", "warn"),
-        HealthLevel::Critical => ("critical", "danger"),
+    let (word, level) = bosun_proto::host_view::state_word(host);
+    let class = match (host.status, level) {
+        (HostStatus::PendingApproval, _) => "warn",
+        (_, None) => "muted",
+        (_, Some(HealthLevel::Ok)) => "ok",
+        (_, Some(HealthLevel::Warning)) => "warn",
+        (_, Some(HealthLevel::Critical)) => "danger",
     };
-    // Liveness tells more in its own word when it is what sets the level.
-    let told = match host.liveness {
-        Liveness::Overdue => Some(("overdue", HealthLevel::Critical)),
-        Liveness::Never => Some(("never polled", HealthLevel::Warning)),
-        Liveness::Stopped => Some(("stopped", HealthLevel::Warning)),
-        Liveness::Unknown => Some(("unknown", HealthLevel::Warning)),
-        Liveness::Ok => None,
-    };
-    match told {
-        Some((told, told_level)) if told_level == level => (told, class),
-        _ => (word, class),
-    }
+    (word, class)
 }
 
 /// The wire name of an enum value (`running`, `pbs`, `succeeded`), or `-`.

@@ -34,7 +34,7 @@ pub(super) fn section(host: &HostDetail) -> Markup {
                         (if caps.smart { "SMART" } else { "no SMART" })
                     } }
                     tr { th { "Storage kinds" } td { (join(&caps.storage_kinds)) } }
-                    tr { th { "Plan targets" } td { (join(&caps.plan_targets)) } }
+                    tr { th { "Plan targets" } td { (join(&bosun_proto::host_view::plan_targets(host))) } }
                     @for nic in &caps.interfaces {
                         tr { th { "Interface" } td {
                             (nic.name) " " (nic.kind.as_str()) " " (nic.state.as_str())

@@ -199,6 +199,15 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         )
     }
 
+    /// Starts from `generation` applied, as the journal recorded it before a restart: the
+    /// report says the same applied generation until a pass converges to another.
+    #[must_use]
+    pub fn with_applied(self, generation: u64) -> Self {
+        self.status
+            .send_modify(|s| s.applied_generation = generation);
+        self
+    }
+
     /// Restores the host's guests from PBS: this box took over a lost host.
     #[must_use]
     pub fn with_host_loss(mut self, search: HostLossSearch<P>) -> Self {
@@ -210,6 +219,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut last_generation = 0;
         let mut failures = 0u32;
+        let mut journaled = self.status.borrow().applied_generation;
         loop {
             let snapshot = self.desired.borrow_and_update().clone();
             if let Some(s) = &snapshot
@@ -234,6 +244,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 crate::metrics::agent().reconcile_pass(end.as_str(), started.elapsed());
                 end
             };
+            journaled = self.journal_applied(journaled).await;
             let pause = match end {
                 PassEnd::Progressed => {
                     failures = 0;
@@ -271,6 +282,27 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 }
                 () = self.wake.notified() => {}
                 () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// Journals the applied generation when a pass changed it from `journaled`; gives the one
+    /// the journal now holds (still `journaled` when the write failed: the next pass tries
+    /// again).
+    async fn journal_applied(&self, journaled: u64) -> u64 {
+        let applied = self.status.borrow().applied_generation;
+        if applied == journaled {
+            return journaled;
+        }
+        match self.journal.record_applied_generation(applied).await {
+            Ok(()) => applied,
+            Err(e) => {
+                tracing::warn!(
+                    generation = applied,
+                    error = %error_chain(&e),
+                    "the applied generation could not be journaled; trying again after the next pass"
+                );
+                journaled
             }
         }
     }
@@ -555,28 +587,5 @@ fn provisioning_reporter(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_pass_where_every_action_failed_lengthens_the_pause() {
-        let table = [
-            // (actions remain, succeeded, failed) → end
-            ((false, 0, 0), PassEnd::Settled),
-            ((false, 2, 1), PassEnd::Settled),
-            ((true, 3, 0), PassEnd::Progressed),
-            ((true, 0, 2), PassEnd::Failed),
-            ((true, 3, 1), PassEnd::Partly),
-        ];
-        for ((remaining, succeeded, failed), want) in table {
-            assert_eq!(
-                pass_end(remaining, succeeded, failed),
-                want,
-                "{remaining} {succeeded} {failed}"
-            );
-        }
-        assert_eq!(backoff(1), BACKOFF_FIRST);
-        assert_eq!(backoff(2), BACKOFF_FIRST * 2);
-        assert_eq!(backoff(30), BACKOFF_CAP);
-    }
-}
+#[path = "reconcile_task_tests.rs"]
+mod tests;

@@ -26,7 +26,8 @@
 //!   [`JournalHandle::backups_changed`] wakes the hub loop when one lands;
 //! - **the job-result outbox** — a result is delivered until the hub
 //!   acknowledges it, across restarts ([`Store::queue_job_result`]);
-//! - **the cached desired state** with its generation, for acting offline;
+//! - **the cached desired state** with its generation, for acting offline, and the newest
+//!   generation a reconcile pass applied, reported the same after a restart;
 //! - **failure counts per guest** — consecutive failed starts and DR restores, so a guest
 //!   that keeps failing reaches `broken` across restarts ([`Store::count_failure`]);
 //! - **the audit log** — append-only and hash-chained (see [`audit`]).
@@ -51,6 +52,7 @@ mod store;
 // The tables, each its `Store` methods and their `JournalHandle` calls; none imports this
 // module, and none imports a table that imports it back.
 mod adopted;
+mod applied;
 pub mod audit;
 pub mod audit_retention;
 mod backups;

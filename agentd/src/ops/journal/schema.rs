@@ -487,11 +487,20 @@ CREATE TABLE IF NOT EXISTS golden_serials (
 ALTER TABLE golden_archives ADD COLUMN recipe_serial INTEGER
     CHECK (recipe_serial IS NULL OR recipe_serial >= 0);
 "#,
+    // Version 28: the newest generation a reconcile pass converged to, so an agent restarted
+    // while part of the current generation is refused reports what it had applied, not none.
+    r#"
+CREATE TABLE IF NOT EXISTS applied_generation (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    generation  INTEGER NOT NULL CHECK (generation >= 0),
+    applied_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 27;
+pub const SCHEMA_VERSION: i64 = 28;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
