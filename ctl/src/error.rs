@@ -199,7 +199,7 @@ pub enum CtlError {
     #[error("no {kind} named {name:?} (give its id, or see {})", kind.listing())]
     UnknownName {
         /// What it names.
-        kind: crate::resolve::NameKind,
+        kind: NameKind,
         /// The name given.
         name: String,
     },
@@ -207,7 +207,7 @@ pub enum CtlError {
     #[error("{kind} name or id prefix {name:?} is ambiguous: give one of the ids: {candidates}")]
     AmbiguousName {
         /// What it names.
-        kind: crate::resolve::NameKind,
+        kind: NameKind,
         /// The name given.
         name: String,
         /// Every match, `id (name)`, comma-separated.
@@ -217,7 +217,7 @@ pub enum CtlError {
     #[error("bad {kind}: {reason}")]
     BadName {
         /// What it names.
-        kind: crate::resolve::NameKind,
+        kind: NameKind,
         /// Why.
         reason: String,
     },
@@ -372,5 +372,42 @@ impl CtlError {
                 exit::RECIPIENT_UNCONFIRMED
             }
         }
+    }
+}
+
+/// What a command line names by id or name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// An enrolled host.
+    Host,
+    /// A guest of one host.
+    Guest,
+    /// A job of one host.
+    Job,
+}
+
+impl NameKind {
+    /// The kind as messages name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Guest => "guest",
+            Self::Job => "job",
+        }
+    }
+
+    /// The command that lists the things of this kind with their ids.
+    pub fn listing(self) -> &'static str {
+        match self {
+            Self::Host => "`bosunctl hosts list`",
+            Self::Guest => "the host's guests: `bosunctl desired get HOST`",
+            Self::Job => "the host's jobs: `bosunctl job list --host HOST`",
+        }
+    }
+}
+
+impl std::fmt::Display for NameKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

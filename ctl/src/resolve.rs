@@ -44,42 +44,7 @@ impl HostArg {
     }
 }
 
-/// What a command line names by id or name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameKind {
-    /// An enrolled host.
-    Host,
-    /// A guest of one host.
-    Guest,
-    /// A job of one host.
-    Job,
-}
-
-impl NameKind {
-    /// The kind as messages name it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Host => "host",
-            Self::Guest => "guest",
-            Self::Job => "job",
-        }
-    }
-
-    /// The command that lists the things of this kind with their ids.
-    pub fn listing(self) -> &'static str {
-        match self {
-            Self::Host => "`bosunctl hosts list`",
-            Self::Guest => "the host's guests: `bosunctl desired get HOST`",
-            Self::Job => "the host's jobs: `bosunctl job list --host HOST`",
-        }
-    }
-}
-
-impl std::fmt::Display for NameKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::error::NameKind;
 
 /// Longest name accepted (a hostname is at most 253 bytes).
 const MAX_NAME: usize = 253;

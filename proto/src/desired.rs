@@ -888,6 +888,28 @@ pub(crate) fn validate_tier_targets(
     Ok(())
 }
 
+impl order::Orderable for GuestSpec {
+    fn guest_id(&self) -> Uuid {
+        self.guest_id
+    }
+
+    fn hostname(&self) -> &str {
+        &self.hostname
+    }
+
+    fn provides(&self) -> &[String] {
+        &self.provides
+    }
+
+    fn requires(&self) -> &[String] {
+        &self.requires
+    }
+
+    fn running(&self) -> bool {
+        self.power == Power::Running
+    }
+}
+
 impl GuestSpec {
     fn validate(&self, i: usize) -> Result<(), ValidationError> {
         let at = |f: &str| format!("guests[{i}].{f}");

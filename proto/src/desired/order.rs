@@ -17,8 +17,21 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use super::{GuestSpec, Power};
 use crate::validate::ValidationError;
+
+/// What the order reads of a guest ([`super::GuestSpec`] in a document).
+pub trait Orderable {
+    /// Its id.
+    fn guest_id(&self) -> Uuid;
+    /// Its name, as a refusal names it.
+    fn hostname(&self) -> &str;
+    /// What it provides.
+    fn provides(&self) -> &[String];
+    /// What it requires.
+    fn requires(&self) -> &[String];
+    /// Whether it is desired running.
+    fn running(&self) -> bool;
+}
 
 /// Most capabilities one guest may provide.
 pub const MAX_PROVIDES: usize = 8;
@@ -33,12 +46,12 @@ const MAX_NAMED: usize = 4;
 /// [`MAX_REQUIRES`] names of 1 to [`MAX_CAPABILITY`] of `[a-z0-9-]` starting with a letter or
 /// digit, none twice in a list. Errors name `at("provides[i]")` or `at("requires[i]")`.
 pub(crate) fn validate(
-    guest: &GuestSpec,
+    guest: &impl Orderable,
     at: &dyn Fn(&str) -> String,
 ) -> Result<(), ValidationError> {
     for (list, names, most) in [
-        ("provides", &guest.provides, MAX_PROVIDES),
-        ("requires", &guest.requires, MAX_REQUIRES),
+        ("provides", guest.provides(), MAX_PROVIDES),
+        ("requires", guest.requires(), MAX_REQUIRES),
     ] {
         crate::validate::count(&at(list), names.len(), most)?;
         let mut seen = BTreeSet::new();
@@ -171,10 +184,10 @@ impl BootOrder {
 }
 
 /// The order of `guests` (see the module's documentation).
-pub fn boot_order(guests: &[GuestSpec]) -> BootOrder {
+pub fn boot_order<G: Orderable>(guests: &[G]) -> BootOrder {
     let mut providers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, guest) in guests.iter().enumerate() {
-        for name in &guest.provides {
+        for name in guest.provides() {
             providers.entry(name.as_str()).or_default().push(i);
         }
     }
@@ -182,12 +195,12 @@ pub fn boot_order(guests: &[GuestSpec]) -> BootOrder {
     // Each requirement not refused outright, with the guests it waits on.
     let mut wanted: Vec<Vec<(&str, Vec<usize>)>> = vec![Vec::new(); guests.len()];
     for (i, guest) in guests.iter().enumerate() {
-        for name in &guest.requires {
+        for name in guest.requires() {
             let all = providers.get(name.as_str()).cloned().unwrap_or_default();
-            let on: Vec<usize> = if guest.power == Power::Running {
+            let on: Vec<usize> = if guest.running() {
                 all.iter()
                     .copied()
-                    .filter(|p| guests[*p].power == Power::Running)
+                    .filter(|p| guests[*p].running())
                     .collect()
             } else {
                 all.clone()
@@ -196,7 +209,10 @@ pub fn boot_order(guests: &[GuestSpec]) -> BootOrder {
                 Some(OrderRefusal::NobodyProvides)
             } else if on.is_empty() {
                 Some(OrderRefusal::ProvidersStopped {
-                    providers: all.iter().map(|p| guests[*p].hostname.clone()).collect(),
+                    providers: all
+                        .iter()
+                        .map(|p| guests[*p].hostname().to_owned())
+                        .collect(),
                 })
             } else {
                 None
@@ -218,7 +234,7 @@ pub fn boot_order(guests: &[GuestSpec]) -> BootOrder {
             if on.iter().any(|p| component[*p] == component[i]) {
                 let mut cycle: Vec<String> = (0..guests.len())
                     .filter(|g| component[*g] == component[i])
-                    .map(|g| guests[g].hostname.clone())
+                    .map(|g| guests[g].hostname().to_owned())
                     .collect();
                 cycle.sort();
                 refused.push((i, (*name).to_owned(), OrderRefusal::Cycle { guests: cycle }));
@@ -228,7 +244,7 @@ pub fn boot_order(guests: &[GuestSpec]) -> BootOrder {
         }
     }
     refused.sort_by_key(|(i, name, _)| {
-        let at = guests[*i].requires.iter().position(|r| r == name);
+        let at = guests[*i].requires().iter().position(|r| r == name);
         (*i, at)
     });
     let positions = positions(&waits);
@@ -239,21 +255,21 @@ pub fn boot_order(guests: &[GuestSpec]) -> BootOrder {
             .filter(|(_, on)| !on.is_empty())
             .map(|(i, on)| {
                 (
-                    guests[i].guest_id,
-                    on.iter().map(|p| guests[*p].guest_id).collect(),
+                    guests[i].guest_id(),
+                    on.iter().map(|p| guests[*p].guest_id()).collect(),
                 )
             })
             .collect(),
         position: guests
             .iter()
             .enumerate()
-            .filter(|(_, g)| !g.provides.is_empty() || !g.requires.is_empty())
-            .map(|(i, g)| (g.guest_id, positions[i]))
+            .filter(|(_, g)| !g.provides().is_empty() || !g.requires().is_empty())
+            .map(|(i, g)| (g.guest_id(), positions[i]))
             .collect(),
         refused: refused
             .into_iter()
             .map(|(i, requirement, refusal)| RefusedRequirement {
-                guest_id: guests[i].guest_id,
+                guest_id: guests[i].guest_id(),
                 requirement,
                 refusal,
             })

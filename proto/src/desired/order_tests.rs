@@ -1,5 +1,5 @@
 use super::*;
-use crate::desired::{CustomerIdentity, GoldenArchive, GuestResources};
+use crate::desired::{CustomerIdentity, GoldenArchive, GuestResources, GuestSpec, Power};
 
 fn guest(n: u128, name: &str, power: Power, provides: &[&str], requires: &[&str]) -> GuestSpec {
     GuestSpec {

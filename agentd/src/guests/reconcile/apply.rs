@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::StorageClass;
 use bosun_pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -197,140 +196,8 @@ impl<P: Pve + 'static> Applier<P> {
     /// no place).
     pub async fn record_findings(&self, findings: &[Finding]) {
         for finding in findings {
-            let (key, mut event) = match finding {
-                Finding::Orphaned { vmid, guest_id } => {
-                    let mut e = AuditEvent::new("guest.orphaned");
-                    e.vmid = Some(*vmid);
-                    e.guest_id = guest_id.map(|g| g.to_string());
-                    (format!("orphan:{vmid}"), e)
-                }
-                Finding::ShrinkRefused {
-                    guest_id,
-                    vmid,
-                    have_gib,
-                    want_gib,
-                } => {
-                    let mut e = AuditEvent::new("guest.shrink_refused");
-                    e.vmid = Some(*vmid);
-                    e.guest_id = Some(guest_id.to_string());
-                    e.detail = json!({ "have_gib": have_gib, "want_gib": want_gib });
-                    (format!("shrink:{vmid}:{want_gib}"), e)
-                }
-                Finding::Broken {
-                    guest_id,
-                    vmid,
-                    failures,
-                } => {
-                    let mut e = AuditEvent::new("guest.broken");
-                    e.vmid = Some(*vmid);
-                    e.guest_id = Some(guest_id.to_string());
-                    e.detail = json!({ "failed_starts": failures });
-                    (format!("broken:{vmid}"), e)
-                }
-                Finding::VmidTaken { guest_id, vmid } => {
-                    let mut e = AuditEvent::new("guest.vmid_taken");
-                    e.vmid = Some(*vmid);
-                    e.guest_id = Some(guest_id.to_string());
-                    (format!("taken:{guest_id}:{vmid}"), e)
-                }
-                Finding::Lost { guest_id, vmid } => {
-                    let mut e = AuditEvent::new("guest.lost");
-                    e.vmid = Some(*vmid);
-                    e.guest_id = Some(guest_id.to_string());
-                    (format!("lost:{guest_id}"), e)
-                }
-                Finding::Migrated {
-                    guest_id,
-                    vmid,
-                    node,
-                } => {
-                    let mut e = AuditEvent::new("guest.migrated");
-                    e.vmid = Some(*vmid);
-                    e.guest_id = Some(guest_id.to_string());
-                    e.detail = json!({ "node": node });
-                    (format!("migrated:{guest_id}:{node}"), e)
-                }
-                Finding::Decommissioned { guest_id } => {
-                    let mut e = AuditEvent::new("guest.decommissioned_but_desired");
-                    e.guest_id = Some(guest_id.to_string());
-                    (format!("gone:{guest_id}"), e)
-                }
-                Finding::PlacementRefused {
-                    guest_id,
-                    volume,
-                    class,
-                    reason,
-                } => {
-                    let mut e = AuditEvent::new("guest.placement_refused");
-                    e.guest_id = Some(guest_id.to_string());
-                    e.detail = json!({
-                        "volume": volume,
-                        "class": class,
-                        "reason": reason.as_str(),
-                        "why": reason.describe(*class),
-                    });
-                    (
-                        format!("placement:{guest_id}:{volume}:{}", reason.as_str()),
-                        e,
-                    )
-                }
-                Finding::HotRefused {
-                    guest_id,
-                    volume,
-                    storage,
-                    reason,
-                } => {
-                    let mut e = AuditEvent::new("guest.placement_refused");
-                    e.guest_id = Some(guest_id.to_string());
-                    e.detail = json!({
-                        "volume": volume,
-                        "hot": true,
-                        "class": StorageClass::Fast,
-                        "storage": storage,
-                        "reason": reason.as_str(),
-                        "why": reason.describe(StorageClass::Fast),
-                    });
-                    (
-                        format!(
-                            "placement:{guest_id}:{volume}:{storage}:{}",
-                            reason.as_str()
-                        ),
-                        e,
-                    )
-                }
-                Finding::ShareRefused { guest_id, refusal } => {
-                    let mut e = AuditEvent::new("guest.share_refused");
-                    e.guest_id = Some(guest_id.to_string());
-                    e.detail = json!({
-                        "field": refusal.field,
-                        "asked": refusal.asked,
-                        "applied": refusal.applied,
-                        "why": refusal.describe(),
-                    });
-                    (
-                        format!(
-                            "share:{guest_id}:{}:{:?}:{}",
-                            refusal.field, refusal.asked, refusal.applied
-                        ),
-                        e,
-                    )
-                }
-                Finding::OrderRefused {
-                    guest_id,
-                    requirement,
-                    refusal,
-                    reason,
-                } => {
-                    let mut e = AuditEvent::new("guest.order_refused");
-                    e.guest_id = Some(guest_id.to_string());
-                    e.detail = json!({
-                        "requirement": requirement,
-                        "refusal": refusal,
-                        "why": reason,
-                    });
-                    (format!("order:{guest_id}:{requirement}:{reason}"), e)
-                }
-                Finding::Deferred { .. } | Finding::Waiting { .. } => continue,
+            let Some((key, mut event)) = super::finding_audit::audit_of(finding) else {
+                continue;
             };
             if !self.memory.lock().reported.insert(key) {
                 continue;

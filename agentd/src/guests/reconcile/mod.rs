@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod compensate;
 pub mod failures;
+mod finding_audit;
 pub mod golden;
 pub mod late_landing;
 pub mod lookup;
