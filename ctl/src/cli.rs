@@ -105,6 +105,7 @@ pub enum Command {
     Completions(bosun_clidoc::CompletionsArgs),
     /// Write bosunctl's man pages into a directory (the packages install them; `make man`
     /// installs every program's from a source build).
+    #[command(hide = true)]
     Man(bosun_clidoc::ManArgs),
     /// The hub's host names, one a line, for the bash completion; prints nothing when the hub
     /// cannot be asked within 2 s.
