@@ -147,15 +147,14 @@ async fn open(client: &HubClient, json: bool, host: Option<&str>) -> Result<(), 
                 a.kind.as_str().to_owned(),
                 a.hostname.clone(),
                 subject(a),
-                marks(a),
-                a.message.clone(),
+                match marks(a) {
+                    Some(marks) => format!("[{marks}] {}", a.message),
+                    None => a.message.clone(),
+                },
             ]
         })
         .collect();
-    table::print(
-        &["SINCE", "KIND", "HOST", "SUBJECT", "MARKS", "MESSAGE"],
-        &rows,
-    )
+    table::print(&["SINCE", "KIND", "HOST", "SUBJECT", "MESSAGE"], &rows)
 }
 
 /// The subject as the operator reads it: a guest's name with the start of its id (what
@@ -170,8 +169,8 @@ fn subject(alert: &OpenAlert) -> String {
     }
 }
 
-/// `acked <when>: <note>`, `silenced #<id>`, both, or `-`.
-fn marks(alert: &OpenAlert) -> String {
+/// `acked <when>: <note>`, `silenced #<id>`, both, or none: what the message starts with.
+fn marks(alert: &OpenAlert) -> Option<String> {
     let mut marks = Vec::new();
     if let Some(ack) = &alert.acknowledged {
         marks.push(format!("acked {}: {}", table::when(Some(ack.at)), ack.note));
@@ -179,11 +178,7 @@ fn marks(alert: &OpenAlert) -> String {
     if let Some(id) = alert.silenced_by {
         marks.push(format!("silenced #{id}"));
     }
-    if marks.is_empty() {
-        "-".to_owned()
-    } else {
-        marks.join("; ")
-    }
+    (!marks.is_empty()).then(|| marks.join("; "))
 }
 
 async fn triage(client: &HubClient, json: bool, command: &AlertsCommand) -> Result<(), CtlError> {

@@ -138,7 +138,7 @@ pub async fn run(
                         job.state.as_str().to_owned(),
                         table::when(Some(job.submitted_at)),
                         job.priority.to_string(),
-                        table::when(job.result.as_ref().map(|r| r.finished_at)),
+                        finished(job),
                         crate::job_show::duration(job.result.as_ref().and_then(|r| r.duration_ms)),
                         crate::job_show::retriable(job.result.as_ref()),
                         job.result
@@ -162,6 +162,20 @@ pub async fn run(
                 &rows,
             )
         }
+    }
+}
+
+/// When a job finished: its time of day (`09:45:33Z`) when that is the day it was submitted,
+/// else the whole timestamp; `-` while it has no result.
+fn finished(job: &JobRecord) -> String {
+    let Some(at) = job.result.as_ref().map(|r| r.finished_at) else {
+        return "-".to_owned();
+    };
+    let day = |t: jiff::Timestamp| t.strftime("%Y-%m-%d").to_string();
+    if day(at) == day(job.submitted_at) {
+        at.strftime("%H:%M:%SZ").to_string()
+    } else {
+        table::when(Some(at))
     }
 }
 

@@ -325,9 +325,12 @@ pub fn unknown_line(why: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    format!(
-        "BOSUN UNKNOWN - {}",
-        why.replace(bosun_proto::inert::is_control, " ")
+    crate::width::elide(
+        &format!(
+            "BOSUN UNKNOWN - {}",
+            why.replace(bosun_proto::inert::is_control, " ")
+        ),
+        crate::width::MONITORING_LINE,
     )
 }
 
@@ -353,13 +356,13 @@ async fn check(client: &HubClient) -> Result<(), CtlError> {
     let (exit, line) = match FleetStatus::fetch(client, 0).await {
         Ok(status) => check_line(&status),
         Err(err) => {
-            crate::outln!("{}", unknown_line(&bosun_errchain::error_chain(&err)))?;
+            table::plugin_line(&unknown_line(&bosun_errchain::error_chain(&err)))?;
             return Err(CtlError::CheckNotOk {
                 exit: health::PLUGIN_UNKNOWN,
             });
         }
     };
-    crate::outln!("{line}")?;
+    table::plugin_line(&line)?;
     match exit {
         0 => Ok(()),
         exit => Err(CtlError::CheckNotOk { exit }),

@@ -18,5 +18,6 @@ mod list_order;
 mod remote_text;
 mod secret_seal;
 mod sign_floor;
+mod text_width;
 mod tokens;
 mod views_agree;
