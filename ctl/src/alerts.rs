@@ -68,7 +68,11 @@ pub enum AlertsCommand {
         reason: String,
     },
     /// The silences in force, newest first.
-    Silences,
+    Silences {
+        /// Newest N (the hub answers at most 10000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        limit: u32,
+    },
     /// End a silence early, by its id (from `silences`).
     Unsilence {
         /// The silence's id.
@@ -250,8 +254,11 @@ async fn triage(client: &HubClient, json: bool, command: &AlertsCommand) -> Resu
                 table::when(Some(silence.until))
             )
         }
-        AlertsCommand::Silences => {
-            let value = client.get("/v1/admin/alerts/silences").await?;
+        AlertsCommand::Silences { limit } => {
+            let value = client
+                .get(&format!("/v1/admin/alerts/silences?limit={limit}"))
+                .await?;
+            let value = crate::client::newest(value, *limit);
             if json {
                 return table::print_json(&value);
             }

@@ -7,7 +7,9 @@
 //! data plan does not allow) is listed with the agent's reason, keeps the host out of sync, and
 //! makes the command exit 11 (`NOT_APPLIED`) after printing the diff (decision 0065).
 //!
-//! Text: one three-column table. JSON (`--output json`): [`Diff`], stable.
+//! Text: a table of the guests' fields and the refusals (desired, applied, current, progress),
+//! then each differing host-wide section's desired and applied values, one a line. JSON
+//! (`--output json`): [`Diff`], stable and whole.
 
 use std::collections::BTreeSet;
 
@@ -174,8 +176,9 @@ fn print_text(diff: &Diff) -> Result<(), CtlError> {
 /// The armor an age ciphertext starts with.
 const AGE_ARMOR: &str = "-----BEGIN AGE ENCRYPTED FILE-----";
 
-/// A section's JSON text with each armored age ciphertext in it as `age, N bytes, sha256
-/// PREFIX…` (the SHA-256 of the armored text), unless `--wide`; text that is not JSON as it is.
+/// A section's JSON text as the text output shows it (unless `--wide`): each armored age
+/// ciphertext in it as `age, N bytes, sha256 PREFIX…` (the SHA-256 of the armored text), and a
+/// space after each `,` and `:` between items so that it wraps; text that is not JSON as it is.
 fn sealed_shown(text: &str) -> String {
     if crate::width::limit().is_none() {
         return text.to_owned();

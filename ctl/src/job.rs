@@ -46,6 +46,9 @@ pub enum JobCommand {
         /// The host: its id or its hostname.
         #[arg(long, value_name = "HOST")]
         host: String,
+        /// Newest N (the hub answers at most 10000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        limit: u32,
     },
     /// One job of a host: its state, priority and result (when it began, how long it ran,
     /// whether it timed out, whether signing it again may help and why, the tail of its steps).
@@ -121,9 +124,13 @@ pub async fn run(
             )
         }
         JobCommand::Show { host, job_id } => show(client, host, job_id, json).await,
-        JobCommand::List { host } => {
+        JobCommand::List { host, limit } => {
             let host = crate::resolve::host_id(client, host).await?;
-            let value = client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?;
+            let value = client
+                .get(&format!("/v1/admin/hosts/{host}/jobs?limit={limit}"))
+                .await?;
+            // A hub older than `limit` answers every job: the newest N are kept here too.
+            let value = crate::client::newest(value, *limit);
             if json {
                 return table::print_json(&value);
             }

@@ -176,6 +176,8 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
     if status.hosts.is_empty() {
         out.push("no hosts enrolled".to_owned());
     }
+    // Each host's id as the shortest prefix unique among the hosts, which the hub resolves.
+    let id_len = bosun_proto::ids::unique_len(status.hosts.iter().map(|h| &h.summary.host_id));
     for host in &status.hosts {
         let s = &host.summary;
         // One word for the host's state, the dashboard's: never `active / ok` beside a
@@ -183,7 +185,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         out.push(format!(
             "host {} ({})  {}  last seen {}  generation desired {} applied {}",
             s.hostname,
-            s.host_id,
+            bosun_proto::ids::shown(&s.host_id, id_len),
             host_view::state_word(s).0,
             table::when(s.last_seen),
             s.desired_generation,

@@ -8,6 +8,7 @@ mod common;
 
 mod cli;
 mod conventions;
+mod fleet_dry_run;
 mod golden_sign;
 mod host_labels;
 mod hosts_history;
