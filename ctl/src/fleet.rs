@@ -123,10 +123,10 @@ async fn rollout(client: &HubClient, json: bool, args: &RolloutArgs) -> Result<(
         args.valid_hours,
     )?;
     let ask = Ask::new(&args.hosts, args.max_hosts, args.canary)?;
-    if args.kind == FleetKind::AgentUpdate {
-        if let Some(sha256) = settings.param("sha256") {
-            check_artifact(client, sha256).await?;
-        }
+    if args.kind == FleetKind::AgentUpdate
+        && let Some(sha256) = settings.param("sha256")
+    {
+        check_artifact(client, sha256).await?;
     }
     let want = settings.want.clone();
     let (seen, missing) = resolve(client, args, &ask).await?;

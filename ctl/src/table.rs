@@ -65,8 +65,12 @@ pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), CtlError> {
     writeln!(out, "{}", line(&mut header.iter().copied().take(columns)))
         .map_err(CtlError::Output)?;
     for row in &rows {
-        writeln!(out, "{}", line(&mut row.iter().map(String::as_str).take(columns)))
-            .map_err(CtlError::Output)?;
+        writeln!(
+            out,
+            "{}",
+            line(&mut row.iter().map(String::as_str).take(columns))
+        )
+        .map_err(CtlError::Output)?;
         let Some(room) = below else { continue };
         let Some(cell) = row.get(columns).filter(|c| !c.is_empty() && *c != "-") else {
             continue;
@@ -182,7 +186,11 @@ pub fn print_fields(fields: &[(&str, String)]) -> Result<(), CtlError> {
             None => vec![value],
         };
         for (i, piece) in pieces.iter().enumerate() {
-            let key = if i == 0 { format!("{key}:") } else { String::new() };
+            let key = if i == 0 {
+                format!("{key}:")
+            } else {
+                String::new()
+            };
             writeln!(out, "{key:<key_width$} {piece}").map_err(CtlError::Output)?;
         }
     }

@@ -60,7 +60,8 @@ pub fn short_fingerprints(text: &str) -> std::borrow::Cow<'_, str> {
     let mut copied = 0;
     let mut i = 0;
     while i < bytes.len() {
-        let starts = pair(i) && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b':'));
+        let starts =
+            pair(i) && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b':'));
         if !starts {
             i += 1;
             continue;
@@ -119,7 +120,10 @@ fn wrap_after(text: &str, first: usize, rest: usize) -> Vec<String> {
         let mut word = word;
         while len(&line) + len(word) > room(&lines) {
             let space = room(&lines) - len(&line);
-            let split = word.char_indices().nth(space).map_or(word.len(), |(i, _)| i);
+            let split = word
+                .char_indices()
+                .nth(space)
+                .map_or(word.len(), |(i, _)| i);
             line.push_str(&word[..split]);
             lines.push(std::mem::take(&mut line));
             word = &word[split..];
@@ -157,7 +161,7 @@ pub fn fold(text: &str) -> Vec<String> {
 
 /// The widths a table's columns get so that the table, `sep` columns between two cells, fits
 /// `limit`: the widest columns are narrowed to one cap, never below their header nor
-/// [`MIN_COLUMN`] (a table of many headers may still be wider).
+/// eight columns (a table of many headers may still be wider).
 pub fn fit_columns(natural: &[usize], headers: &[usize], sep: usize, limit: usize) -> Vec<usize> {
     let room = limit.saturating_sub(sep * natural.len().saturating_sub(1));
     let floor = |i: usize| headers.get(i).copied().unwrap_or(0).max(MIN_COLUMN);

@@ -48,9 +48,7 @@ fn jobs_cell(table: &str, hostname: &str) -> Option<String> {
     let column = header.split_whitespace().position(|w| w == "JOBS")?;
     // "HOST ID" is two words in the header, one in a row.
     let row = table.lines().find(|l| l.starts_with(hostname))?;
-    row.split_whitespace()
-        .nth(column - 1)
-        .map(str::to_owned)
+    row.split_whitespace().nth(column - 1).map(str::to_owned)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +77,11 @@ async fn a_dry_run_counts_jobs_once_and_checks_the_agent_binary_is_at_the_hub() 
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("[ring=canary], 2 jobs"), "{stdout}");
-    assert_eq!(jobs_cell(&stdout, "pve-fleet").as_deref(), Some("2"), "{stdout}");
+    assert_eq!(
+        jobs_cell(&stdout, "pve-fleet").as_deref(),
+        Some("2"),
+        "{stdout}"
+    );
     let mut json_args = args.clone();
     json_args.push("--json");
     let report: Value = serde_json::from_slice(&hub.run(&json_args).await.stdout).unwrap();
@@ -127,5 +129,9 @@ async fn a_dry_run_counts_jobs_once_and_checks_the_agent_binary_is_at_the_hub() 
     let out = hub.run(&args).await;
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(jobs_cell(&stdout, "pve-fleet").as_deref(), Some("1"), "{stdout}");
+    assert_eq!(
+        jobs_cell(&stdout, "pve-fleet").as_deref(),
+        Some("1"),
+        "{stdout}"
+    );
 }

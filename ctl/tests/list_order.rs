@@ -153,13 +153,28 @@ async fn every_list_of_things_that_happened_keeps_the_newest_limit() {
         // Apart in time: the hub orders artifacts by when they were stored.
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         assert_ok(
-            &hub.run(&["enroll-token", "create", "--ttl", "10m", "--note", &format!("t{n}")])
-                .await,
+            &hub.run(&[
+                "enroll-token",
+                "create",
+                "--ttl",
+                "10m",
+                "--note",
+                &format!("t{n}"),
+            ])
+            .await,
         );
         assert_ok(
             &hub.run(&[
-                "alerts", "silence", "--host", &name, "--kind", "guest_orphaned", "--for", "1d",
-                "--reason", &format!("s{n}"),
+                "alerts",
+                "silence",
+                "--host",
+                &name,
+                "--kind",
+                "guest_orphaned",
+                "--for",
+                "1d",
+                "--reason",
+                &format!("s{n}"),
             ])
             .await,
         );
@@ -186,7 +201,9 @@ async fn every_list_of_things_that_happened_keeps_the_newest_limit() {
         let rows = first_column(&out);
         assert_eq!(rows.len(), 2, "{args:?}: {rows:?}");
         assert!(
-            rows.iter().zip(&newest).all(|(row, id)| id.starts_with(row.as_str())),
+            rows.iter()
+                .zip(&newest)
+                .all(|(row, id)| id.starts_with(row.as_str())),
             "{args:?}: {rows:?} against {newest:?}"
         );
     }

@@ -207,7 +207,13 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
     std::fs::write(&file, desired(&ciphertext).to_string()).unwrap();
     ok(
         &hub,
-        &["desired", "set", "--host", "pve-width", file.to_str().unwrap()],
+        &[
+            "desired",
+            "set",
+            "--host",
+            "pve-width",
+            file.to_str().unwrap(),
+        ],
     )
     .await;
     let resp = hub
@@ -220,8 +226,7 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
         .unwrap();
     assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
     let job = failed_job(&hub, host, &key).await.to_string();
-    let open: Vec<Value> =
-        serde_json::from_str(&ok(&hub, &["--json", "alerts"]).await).unwrap();
+    let open: Vec<Value> = serde_json::from_str(&ok(&hub, &["--json", "alerts"]).await).unwrap();
     let kinds: Vec<&str> = open.iter().filter_map(|a| a["kind"].as_str()).collect();
     assert!(
         kinds.contains(&"verify_failed") && kinds.contains(&"storage_refused"),
@@ -234,8 +239,16 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
     ok(
         &hub,
         &[
-            "alerts", "silence", "--host", "pve-width", "--kind", "verify_failed", "--for",
-            "7d", "--reason", LONG,
+            "alerts",
+            "silence",
+            "--host",
+            "pve-width",
+            "--kind",
+            "verify_failed",
+            "--for",
+            "7d",
+            "--reason",
+            LONG,
         ],
     )
     .await;
@@ -290,7 +303,9 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
         let (narrow, line) = widest(&stdout);
         let mut wide_args = vec!["--wide"];
         wide_args.extend(args);
-        let (wide, _) = widest(&String::from_utf8_lossy(&ctl(&hub, &wide_args).await.stdout));
+        let (wide, _) = widest(&String::from_utf8_lossy(
+            &ctl(&hub, &wide_args).await.stdout,
+        ));
         widths.push(format!("{name:<22} {narrow:>5} {wide:>6}"));
         if narrow > COLUMNS {
             too_wide.push(format!("{name}: {narrow} columns: {line}"));
@@ -316,9 +331,12 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
 
     // The fixture is as wide as the demo's: under --wide the ciphertext and the fingerprints
     // print whole.
-    let wide_diff =
-        String::from_utf8_lossy(&ctl(&hub, &["--wide", "desired", "diff", "pve-width"]).await.stdout)
-            .into_owned();
+    let wide_diff = String::from_utf8_lossy(
+        &ctl(&hub, &["--wide", "desired", "diff", "pve-width"])
+            .await
+            .stdout,
+    )
+    .into_owned();
     assert!(
         wide_diff.contains("-----BEGIN AGE ENCRYPTED FILE-----"),
         "{wide_diff}"
@@ -337,15 +355,16 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
     assert!(diff.contains("pbs.demo:store1#AA:BB:CC:DD…"), "{diff}");
     // JSON keeps everything.
     let json: Value = serde_json::from_slice(
-        &ctl(&hub, &["--json", "desired", "diff", "pve-width"]).await.stdout,
+        &ctl(&hub, &["--json", "desired", "diff", "pve-width"])
+            .await
+            .stdout,
     )
     .unwrap();
     let changes = json["changes"].as_array().unwrap();
     assert!(
-        changes
-            .iter()
-            .any(|c| c["desired"].as_str().is_some_and(|d| d.contains(&ciphertext)
-                || d.contains(&ciphertext.replace('\n', "\\n")))),
+        changes.iter().any(|c| c["desired"].as_str().is_some_and(
+            |d| d.contains(&ciphertext) || d.contains(&ciphertext.replace('\n', "\\n"))
+        )),
         "{json}"
     );
     let alerts = ok(&hub, &["--json", "alerts"]).await;

@@ -138,7 +138,12 @@ fn triage(store: &dyn Store) {
         "the other one stays"
     );
     // A silence ends by itself too.
-    assert!(store.list_silences(NOW + 61 * MINUTE, 10_000).unwrap().is_empty());
+    assert!(
+        store
+            .list_silences(NOW + 61 * MINUTE, 10_000)
+            .unwrap()
+            .is_empty()
+    );
 
     // The host comes back, goes silent again: the new opening starts unacknowledged and,
     // with no silence in force, unsilenced.

@@ -408,9 +408,7 @@ impl<B: Backend> JobStore for B {
         })
     }
     fn list_jobs(&self, host_id: Uuid, limit: u32) -> StoreResult<Vec<JobRecord>> {
-        self.read_tx("list jobs", |tx| {
-            super::jobs::list_jobs(tx, host_id, limit)
-        })
+        self.read_tx("list jobs", |tx| super::jobs::list_jobs(tx, host_id, limit))
     }
 }
 

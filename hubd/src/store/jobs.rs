@@ -330,11 +330,7 @@ pub(super) fn cancel_job(
 }
 
 /// The newest `limit` jobs of `host_id`, oldest first.
-pub(super) fn list_jobs(
-    tx: Tx<'_, '_>,
-    host_id: Uuid,
-    limit: u32,
-) -> StoreResult<Vec<JobRecord>> {
+pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid, limit: u32) -> StoreResult<Vec<JobRecord>> {
     tx.require_host(host_id)?;
     let rows = tx.query_map(
         "list jobs",
