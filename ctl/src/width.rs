@@ -1,8 +1,9 @@
-//! How wide `bosunctl`'s text may be. By default every line fits [`COLUMNS`] columns: a table
-//! narrows its widest columns until it fits, cutting a cell at its end (`…`), so an id or a
-//! subject keeps the prefix the hub resolves, and wrapping its last column; a `key: value` line
-//! and a sentence wrap at spaces, indented under their start. `--wide` prints every field
-//! whole. JSON is never cut: `--output json` keeps everything.
+//! How wide `bosunctl`'s text may be (decision 0105). By default every line fits [`COLUMNS`]
+//! columns: a table too wide prints its last column (a message, a detail) wrapped under each
+//! row and narrows its widest other columns until they fit, cutting a cell at its end (`…`),
+//! so an id or a subject keeps the prefix the hub resolves; a `key: value` line and a sentence
+//! wrap at spaces, indented under their start; a long hex fingerprint keeps its first bytes.
+//! `--wide` prints every field whole. JSON is never cut: `--output json` keeps everything.
 //!
 //! The one line `status --check` prints is a monitoring plugin's, bounded by its own
 //! [`MONITORING_LINE`] and never wrapped.

@@ -268,6 +268,8 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
     )
     .await;
 
+    ok(&hub, &["hosts", "label", "pve-width", "ring=canary"]).await;
+    let digest = format!("digest=sha256:{}", "4b".repeat(32));
     let commands: Vec<(&str, Vec<&str>)> = vec![
         ("status", vec!["status"]),
         ("hosts list", vec!["hosts", "list"]),
@@ -292,6 +294,22 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
         ("enroll-token list", vec!["enroll-token", "list"]),
         ("tokens list", vec!["tokens", "list"]),
         ("artifact list", vec!["artifact", "list"]),
+        (
+            "fleet rollout --dry-run",
+            vec![
+                "fleet",
+                "rollout",
+                "--kind",
+                "controller-update",
+                "--label",
+                "ring=canary",
+                "--param",
+                &digest,
+                "--dry-run",
+                "--max-hosts",
+                "1",
+            ],
+        ),
     ];
     let mut too_wide = Vec::new();
     let mut widths = Vec::new();
@@ -306,7 +324,7 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
         let (wide, _) = widest(&String::from_utf8_lossy(
             &ctl(&hub, &wide_args).await.stdout,
         ));
-        widths.push(format!("{name:<22} {narrow:>5} {wide:>6}"));
+        widths.push(format!("{name:<24} {narrow:>5} {wide:>6}"));
         if narrow > COLUMNS {
             too_wide.push(format!("{name}: {narrow} columns: {line}"));
         }
@@ -315,7 +333,7 @@ async fn every_read_command_fits_a_terminal_and_wide_and_json_keep_everything() 
     let check = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(check.lines().count(), 1, "{check}");
     let (check_width, _) = widest(&check);
-    widths.push(format!("{:<22} {check_width:>5}", "status --check"));
+    widths.push(format!("{:<24} {check_width:>5}", "status --check"));
     // What the closing note quotes: each command's widest line, and under --wide.
     println!(
         "widest text line per command (default, --wide):\n{}",
