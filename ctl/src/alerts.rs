@@ -68,7 +68,11 @@ pub enum AlertsCommand {
         reason: String,
     },
     /// The silences in force, newest first.
-    Silences,
+    Silences {
+        /// Newest N (the hub answers at most 10000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        limit: u32,
+    },
     /// End a silence early, by its id (from `silences`).
     Unsilence {
         /// The silence's id.
@@ -147,15 +151,14 @@ async fn open(client: &HubClient, json: bool, host: Option<&str>) -> Result<(), 
                 a.kind.as_str().to_owned(),
                 a.hostname.clone(),
                 subject(a),
-                marks(a),
-                a.message.clone(),
+                match marks(a) {
+                    Some(marks) => format!("[{marks}] {}", a.message),
+                    None => a.message.clone(),
+                },
             ]
         })
         .collect();
-    table::print(
-        &["SINCE", "KIND", "HOST", "SUBJECT", "MARKS", "MESSAGE"],
-        &rows,
-    )
+    table::print(&["SINCE", "KIND", "HOST", "SUBJECT", "MESSAGE"], &rows)
 }
 
 /// The subject as the operator reads it: a guest's name with the start of its id (what
@@ -170,8 +173,8 @@ fn subject(alert: &OpenAlert) -> String {
     }
 }
 
-/// `acked <when>: <note>`, `silenced #<id>`, both, or `-`.
-fn marks(alert: &OpenAlert) -> String {
+/// `acked <when>: <note>`, `silenced #<id>`, both, or none: what the message starts with.
+fn marks(alert: &OpenAlert) -> Option<String> {
     let mut marks = Vec::new();
     if let Some(ack) = &alert.acknowledged {
         marks.push(format!("acked {}: {}", table::when(Some(ack.at)), ack.note));
@@ -179,11 +182,7 @@ fn marks(alert: &OpenAlert) -> String {
     if let Some(id) = alert.silenced_by {
         marks.push(format!("silenced #{id}"));
     }
-    if marks.is_empty() {
-        "-".to_owned()
-    } else {
-        marks.join("; ")
-    }
+    (!marks.is_empty()).then(|| marks.join("; "))
 }
 
 async fn triage(client: &HubClient, json: bool, command: &AlertsCommand) -> Result<(), CtlError> {
@@ -255,8 +254,11 @@ async fn triage(client: &HubClient, json: bool, command: &AlertsCommand) -> Resu
                 table::when(Some(silence.until))
             )
         }
-        AlertsCommand::Silences => {
-            let value = client.get("/v1/admin/alerts/silences").await?;
+        AlertsCommand::Silences { limit } => {
+            let value = client
+                .get(&format!("/v1/admin/alerts/silences?limit={limit}"))
+                .await?;
+            let value = crate::client::newest(value, *limit);
             if json {
                 return table::print_json(&value);
             }

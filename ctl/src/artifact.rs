@@ -21,7 +21,11 @@ pub enum ArtifactCommand {
     /// Upload a file (at most 256 MiB); prints its SHA-256 for the signed job.
     Upload(UploadArgs),
     /// List the artifacts the hub holds, newest first.
-    List,
+    List {
+        /// Newest N (the hub answers at most 10000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        limit: u32,
+    },
 }
 
 /// `bosunctl artifact upload`.
@@ -39,8 +43,11 @@ pub async fn run(
 ) -> Result<(), CtlError> {
     match command {
         ArtifactCommand::Upload(args) => upload(client, json, args).await,
-        ArtifactCommand::List => {
-            let value = client.get("/v1/admin/artifacts").await?;
+        ArtifactCommand::List { limit } => {
+            let value = client
+                .get(&format!("/v1/admin/artifacts?limit={limit}"))
+                .await?;
+            let value = crate::client::newest(value, *limit);
             if json {
                 return table::print_json(&value);
             }

@@ -137,6 +137,15 @@ impl HubClient {
     }
 }
 
+/// A newest-first list the hub answered, cut to its first `limit` entries (a hub that does not
+/// know `?limit=` answers them all); anything but a list as it is.
+pub fn newest(mut value: Value, limit: u32) -> Value {
+    if let Some(items) = value.as_array_mut() {
+        items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    value
+}
+
 /// Decodes an answer into its typed form.
 pub fn decode<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, CtlError> {
     serde_json::from_value(value).map_err(|source| CtlError::Decode {

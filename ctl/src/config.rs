@@ -291,6 +291,7 @@ mod tests {
             config: Some(config.to_owned()),
             output: crate::global::OutputFormat::Text,
             json_flag: false,
+            wide: false,
         }
     }
 

@@ -7,7 +7,9 @@
 //! data plan does not allow) is listed with the agent's reason, keeps the host out of sync, and
 //! makes the command exit 11 (`NOT_APPLIED`) after printing the diff (decision 0065).
 //!
-//! Text: one three-column table. JSON (`--output json`): [`Diff`], stable.
+//! Text: a table of the guests' fields and the refusals (desired, applied, current, progress),
+//! then each differing host-wide section's desired and applied values, one a line. JSON
+//! (`--output json`): [`Diff`], stable and whole.
 
 use std::collections::BTreeSet;
 
@@ -123,9 +125,14 @@ fn print_text(diff: &Diff) -> Result<(), CtlError> {
             "no differences: the host applied the current generation and reports every guest as desired"
         );
     }
-    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
-    let rows: Vec<Vec<String>> = diff
+    // The host-wide sections (a document's storage, policies: JSON) are printed after the
+    // table, each value on its own lines, so the table keeps its columns.
+    let (sections, changes): (Vec<&Change>, Vec<&Change>) = diff
         .changes
+        .iter()
+        .partition(|c| c.guest_id.is_none() && c.name == "host");
+    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    let rows: Vec<Vec<String>> = changes
         .iter()
         .map(|c| {
             vec![
@@ -142,18 +149,76 @@ fn print_text(diff: &Diff) -> Result<(), CtlError> {
             ]
         })
         .collect();
-    if rows.is_empty() {
+    if rows.is_empty() && sections.is_empty() {
         return outln!(
             "no field differs; the host has not reported generation {} applied yet",
             diff.desired_generation
         );
     }
-    table::print(
-        &[
-            "GUEST", "FIELD", "DESIRED", "APPLIED", "CURRENT", "PROGRESS",
-        ],
-        &rows,
-    )
+    if !rows.is_empty() {
+        table::print(
+            &[
+                "GUEST", "FIELD", "DESIRED", "APPLIED", "CURRENT", "PROGRESS",
+            ],
+            &rows,
+        )?;
+    }
+    for section in sections {
+        outln!("host {}:", section.field)?;
+        // Each sealed secret as its size and fingerprint (whole in `--output json`).
+        let shown = |v: &Option<String>| v.as_deref().map_or_else(|| "-".to_owned(), sealed_shown);
+        outln!("  desired  {}", shown(&section.desired))?;
+        outln!("  applied  {}", shown(&section.applied))?;
+    }
+    Ok(())
+}
+
+/// The armor an age ciphertext starts with.
+const AGE_ARMOR: &str = "-----BEGIN AGE ENCRYPTED FILE-----";
+
+/// A section's JSON text as the text output shows it (unless `--wide`): each armored age
+/// ciphertext in it as `age, N bytes, sha256 PREFIX…` (the SHA-256 of the armored text), and a
+/// space after each `,` and `:` between items so that it wraps; text that is not JSON as it is.
+fn sealed_shown(text: &str) -> String {
+    if crate::width::limit().is_none() {
+        return text.to_owned();
+    }
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return text.to_owned();
+    };
+    summarize_sealed(&mut value);
+    spaced(&value)
+}
+
+/// JSON on one line with a space after each `,` and `:` between items, so that it wraps.
+fn spaced(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(spaced).collect();
+            format!("[{}]", items.join(", "))
+        }
+        serde_json::Value::Object(fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("{}: {}", serde_json::Value::from(k.as_str()), spaced(v)))
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn summarize_sealed(value: &mut serde_json::Value) {
+    use sha2::Digest as _;
+    match value {
+        serde_json::Value::String(s) if s.starts_with(AGE_ARMOR) => {
+            let digest = hex::encode(sha2::Sha256::digest(s.as_bytes()));
+            *s = format!("age, {} bytes, sha256 {}…", s.len(), &digest[..12]);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(summarize_sealed),
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(summarize_sealed),
+        _ => {}
+    }
 }
 
 fn progress_word(state: ProgressState) -> &'static str {

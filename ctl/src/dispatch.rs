@@ -18,6 +18,7 @@ pub fn install_crypto_provider() {
 /// Runs a parsed command line.
 pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     let global = &cli.global;
+    crate::width::set_wide(global.wide);
     // Commands that need no hub connection.
     match &cli.command {
         Command::Hub(command) => return hub::run(global, command).await,

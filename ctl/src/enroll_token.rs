@@ -31,8 +31,12 @@ pub enum EnrollTokenCommand {
         restore_host: Option<String>,
     },
     /// The enrollment tokens the hub keeps (never a token itself): id, state, expiry, note,
-    /// and the host a used one enrolled.
-    List,
+    /// and the host a used one enrolled; newest first.
+    List {
+        /// Newest N (the hub answers at most 500).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
+    },
     /// Revoke an unused token by its id (from `create` or `list`): no box can enroll with
     /// it any more. A used token is refused (exit 6): revoke the host it enrolled.
     Revoke {
@@ -117,8 +121,11 @@ pub async fn run(
             }
             Ok(())
         }
-        EnrollTokenCommand::List => {
-            let value = client.get("/v1/admin/enrollment-tokens").await?;
+        EnrollTokenCommand::List { limit } => {
+            let value = client
+                .get(&format!("/v1/admin/enrollment-tokens?limit={limit}"))
+                .await?;
+            let value = crate::client::newest(value, *limit);
             if json {
                 return table::print_json(&value);
             }

@@ -195,6 +195,14 @@ pub enum CtlError {
     /// A completion script or man page could not be written.
     #[error("writing the command-line documentation")]
     Docs(#[source] bosun_clidoc::ClidocError),
+    /// A rollout names an artifact the hub does not hold: every agent would fail to fetch it.
+    #[error(
+        "the hub holds no artifact with SHA-256 {sha256}: upload the binary first (`bosunctl artifact upload FILE`) and sign the digest it prints"
+    )]
+    MissingArtifact {
+        /// The digest the rollout's `--param sha256=` names.
+        sha256: String,
+    },
     /// No host (or guest) has the name given.
     #[error("no {kind} named {name:?} (give its id, or see {})", kind.listing())]
     UnknownName {
@@ -359,7 +367,9 @@ impl CtlError {
                 status: 409, code, ..
             } if code == "ambiguous_id" => exit::INPUT,
             Self::Hub { status: 401, .. } => exit::UNAUTHORIZED,
-            Self::Hub { status: 404, .. } | Self::UnknownName { .. } => exit::NOT_FOUND,
+            Self::Hub { status: 404, .. }
+            | Self::UnknownName { .. }
+            | Self::MissingArtifact { .. } => exit::NOT_FOUND,
             Self::Hub { status, .. } if *status >= 500 => exit::HUB_ERROR,
             Self::Hub { .. } => exit::REFUSED,
             Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,

@@ -123,6 +123,11 @@ async fn rollout(client: &HubClient, json: bool, args: &RolloutArgs) -> Result<(
         args.valid_hours,
     )?;
     let ask = Ask::new(&args.hosts, args.max_hosts, args.canary)?;
+    if args.kind == FleetKind::AgentUpdate
+        && let Some(sha256) = settings.param("sha256")
+    {
+        check_artifact(client, sha256).await?;
+    }
     let want = settings.want.clone();
     let (seen, missing) = resolve(client, args, &ask).await?;
     let mut plan = crate::fleet_plan::plan(args.kind, &want, &seen);
@@ -259,6 +264,26 @@ async fn resolve(
     }
     Ok((seen, missing))
 }
+
+/// An agent update's binary must be at the hub before anything is planned or signed: every
+/// agent fetches it there by the digest its job names. Refused ([`CtlError::MissingArtifact`])
+/// when the hub's newest artifacts do not hold it.
+async fn check_artifact(client: &HubClient, sha256: &str) -> Result<(), CtlError> {
+    let value = client
+        .get(&format!("/v1/admin/artifacts?limit={ARTIFACTS_SEARCHED}"))
+        .await?;
+    let held: Vec<bosun_proto::admin::ArtifactInfo> = decode("artifact list", value)?;
+    if held.iter().any(|a| a.sha256.eq_ignore_ascii_case(sha256)) {
+        return Ok(());
+    }
+    Err(CtlError::MissingArtifact {
+        sha256: sha256.to_owned(),
+    })
+}
+
+/// How many of the hub's newest artifacts a rollout looks its binary up in (the hub answers
+/// at most this many).
+const ARTIFACTS_SEARCHED: u32 = 10_000;
 
 /// The most claimed hosts a refusal lists.
 const MAX_SHOWN: usize = 50;

@@ -98,6 +98,11 @@ impl Settings {
         Ok(settings)
     }
 
+    /// A parameter every job carries, as text (`sha256`, `version`, `digest`).
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params.get(name).and_then(serde_json::Value::as_str)
+    }
+
     fn document(&self, target: JobTarget) -> bosun_proto::job::JobDocument {
         crate::job_sign::document(
             self.kind.job_kind(),
@@ -135,7 +140,10 @@ pub struct HostLine {
     pub outcome: Outcome,
     /// Its wave (1 is the canary), when it had one.
     pub wave: Option<usize>,
-    /// The jobs sent to it.
+    /// How many jobs it gets: the plan's count (one a host, or one a guest whose controller
+    /// changes), the same number the plan printed before the table.
+    pub job_count: usize,
+    /// The jobs sent to it (none under `--dry-run`).
     pub jobs: Vec<Uuid>,
     /// Why it failed or was skipped.
     pub reason: Option<String>,
@@ -162,6 +170,7 @@ impl Report {
                     hostname: t.hostname.clone(),
                     outcome: Outcome::Planned,
                     wave: Some(n + 1),
+                    job_count: t.jobs.len(),
                     jobs: Vec::new(),
                     reason: None,
                 })
@@ -199,7 +208,7 @@ impl Report {
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))
                         .unwrap_or_default(),
-                    h.jobs.len().to_string(),
+                    h.job_count.to_string(),
                     h.reason.clone().unwrap_or_else(|| "-".to_owned()),
                 ]
             })
@@ -243,6 +252,7 @@ fn skipped(host_id: Uuid, hostname: &str, reason: &SkipReason) -> HostLine {
         hostname: hostname.to_owned(),
         outcome: Outcome::Skipped,
         wave: None,
+        job_count: 0,
         jobs: Vec::new(),
         reason: Some(reason.to_string()),
     }
@@ -416,6 +426,7 @@ async fn run_wave(
                     Outcome::Done
                 },
                 wave: None,
+                job_count: mine.len(),
                 jobs: mine.iter().map(|s| s.job_id).collect(),
                 reason,
             }

@@ -45,6 +45,11 @@ pub struct GlobalArgs {
     /// Same as `--output json`.
     #[arg(long = "json", id = "json", global = true)]
     pub json_flag: bool,
+    /// Text output: print every field whole, however wide. Without it lines fit 100 columns:
+    /// ids are shortened to a prefix the hub resolves, a sealed secret is shown as its size
+    /// and fingerprint, long fields are wrapped or cut with `…` (JSON is never cut).
+    #[arg(long, global = true)]
+    pub wide: bool,
 }
 
 impl GlobalArgs {

@@ -150,14 +150,11 @@ pub async fn run(
                     "HEALTH",
                     "LAST SEEN",
                     "AGENT",
-                    "DESIRED",
-                    "KNOWN",
-                    "APPLIED",
+                    "GEN D/K/A",
                     "SYNC",
                     "JOBS",
                     "ESCROW",
-                    "GOLDEN",
-                    "LABELS",
+                    "GOLDEN; LABELS",
                 ],
                 &rows,
             )
@@ -365,8 +362,11 @@ async fn pin_recipient(
 }
 
 /// One row of `hosts list`: its id cut to `id_len` characters, unique among the hosts listed;
-/// its HEALTH cell is the hub's roll-up level (`-` from a hub that serves none).
+/// its HEALTH cell is the hub's roll-up level (`-` from a hub that serves none); when it was
+/// last seen, as an age; the desired, known and applied generations as `D/K/A`; its golden
+/// base and labels last (under the row when the table is too wide for one line).
 pub fn summary_row(host: &HostSummary, id_len: usize) -> Vec<String> {
+    let now = jiff::Timestamp::now();
     vec![
         bosun_proto::ids::shown(&host.host_id, id_len),
         host.hostname.clone(),
@@ -376,16 +376,21 @@ pub fn summary_row(host: &HostSummary, id_len: usize) -> Vec<String> {
             .as_ref()
             .map_or("-", |h| h.level.as_str())
             .to_owned(),
-        table::when(host.last_seen),
+        host.last_seen
+            .map_or_else(|| "never".to_owned(), |t| table::ago(t, now)),
         table::or_dash(host.agent_version.as_deref()),
-        host.desired_generation.to_string(),
-        host.known_generation.to_string(),
-        host.applied_generation.to_string(),
+        format!(
+            "{}/{}/{}",
+            host.desired_generation, host.known_generation, host.applied_generation
+        ),
         crate::status::sync::word(host).to_owned(),
         host.pending_jobs.to_string(),
         host.escrow.as_str().to_owned(),
-        crate::status::golden::column(host),
-        crate::host_labels::text(&host.labels),
+        format!(
+            "{}; {}",
+            crate::status::golden::column(host),
+            crate::host_labels::text(&host.labels)
+        ),
     ]
 }
 

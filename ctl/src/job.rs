@@ -46,6 +46,9 @@ pub enum JobCommand {
         /// The host: its id or its hostname.
         #[arg(long, value_name = "HOST")]
         host: String,
+        /// Newest N (the hub answers at most 10000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        limit: u32,
     },
     /// One job of a host: its state, priority and result (when it began, how long it ran,
     /// whether it timed out, whether signing it again may help and why, the tail of its steps).
@@ -121,9 +124,13 @@ pub async fn run(
             )
         }
         JobCommand::Show { host, job_id } => show(client, host, job_id, json).await,
-        JobCommand::List { host } => {
+        JobCommand::List { host, limit } => {
             let host = crate::resolve::host_id(client, host).await?;
-            let value = client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?;
+            let value = client
+                .get(&format!("/v1/admin/hosts/{host}/jobs?limit={limit}"))
+                .await?;
+            // A hub older than `limit` answers every job: the newest N are kept here too.
+            let value = crate::client::newest(value, *limit);
             if json {
                 return table::print_json(&value);
             }
@@ -138,7 +145,7 @@ pub async fn run(
                         job.state.as_str().to_owned(),
                         table::when(Some(job.submitted_at)),
                         job.priority.to_string(),
-                        table::when(job.result.as_ref().map(|r| r.finished_at)),
+                        finished(job),
                         crate::job_show::duration(job.result.as_ref().and_then(|r| r.duration_ms)),
                         crate::job_show::retriable(job.result.as_ref()),
                         job.result
@@ -162,6 +169,20 @@ pub async fn run(
                 &rows,
             )
         }
+    }
+}
+
+/// When a job finished: its time of day (`09:45:33Z`) when that is the day it was submitted,
+/// else the whole timestamp; `-` while it has no result.
+fn finished(job: &JobRecord) -> String {
+    let Some(at) = job.result.as_ref().map(|r| r.finished_at) else {
+        return "-".to_owned();
+    };
+    let day = |t: jiff::Timestamp| t.strftime("%Y-%m-%d").to_string();
+    if day(at) == day(job.submitted_at) {
+        at.strftime("%H:%M:%SZ").to_string()
+    } else {
+        table::when(Some(at))
     }
 }
 

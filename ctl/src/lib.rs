@@ -44,5 +44,6 @@ pub mod status;
 pub mod table;
 pub mod tls;
 pub mod tokens;
+pub mod width;
 
 pub use dispatch::{dispatch, install_crypto_provider};

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
             let _ = err.print();
             let first = err.to_string();
             let first = first.lines().next().unwrap_or_default();
-            let _ = bosunctl::outln!("{}", unknown_line(&format!("usage: {first}")));
+            let _ = bosunctl::table::plugin_line(&unknown_line(&format!("usage: {first}")));
             return ExitCode::from(PLUGIN_UNKNOWN);
         }
         Err(err) => {
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         Err(err) if check => {
             let chain = bosun_errchain::error_chain(&err);
             bosunctl::errln!("bosunctl: {chain}");
-            let _ = bosunctl::outln!("{}", unknown_line(&chain));
+            let _ = bosunctl::table::plugin_line(&unknown_line(&chain));
             ExitCode::from(PLUGIN_UNKNOWN)
         }
         Err(err) => {

@@ -176,6 +176,8 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
     if status.hosts.is_empty() {
         out.push("no hosts enrolled".to_owned());
     }
+    // Each host's id as the shortest prefix unique among the hosts, which the hub resolves.
+    let id_len = bosun_proto::ids::unique_len(status.hosts.iter().map(|h| &h.summary.host_id));
     for host in &status.hosts {
         let s = &host.summary;
         // One word for the host's state, the dashboard's: never `active / ok` beside a
@@ -183,7 +185,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         out.push(format!(
             "host {} ({})  {}  last seen {}  generation desired {} applied {}",
             s.hostname,
-            s.host_id,
+            bosun_proto::ids::shown(&s.host_id, id_len),
             host_view::state_word(s).0,
             table::when(s.last_seen),
             s.desired_generation,
@@ -325,9 +327,12 @@ pub fn unknown_line(why: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    format!(
-        "BOSUN UNKNOWN - {}",
-        why.replace(bosun_proto::inert::is_control, " ")
+    crate::width::elide(
+        &format!(
+            "BOSUN UNKNOWN - {}",
+            why.replace(bosun_proto::inert::is_control, " ")
+        ),
+        crate::width::MONITORING_LINE,
     )
 }
 
@@ -353,13 +358,13 @@ async fn check(client: &HubClient) -> Result<(), CtlError> {
     let (exit, line) = match FleetStatus::fetch(client, 0).await {
         Ok(status) => check_line(&status),
         Err(err) => {
-            crate::outln!("{}", unknown_line(&bosun_errchain::error_chain(&err)))?;
+            table::plugin_line(&unknown_line(&bosun_errchain::error_chain(&err)))?;
             return Err(CtlError::CheckNotOk {
                 exit: health::PLUGIN_UNKNOWN,
             });
         }
     };
-    crate::outln!("{line}")?;
+    table::plugin_line(&line)?;
     match exit {
         0 => Ok(()),
         exit => Err(CtlError::CheckNotOk { exit }),

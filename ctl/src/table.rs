@@ -20,34 +20,75 @@ use bosun_proto::inert::{escape, escape_but_newlines, escape_json_text};
 use serde_json::Value;
 
 use crate::error::CtlError;
+use crate::width;
 
-/// Writes rows as aligned columns under a header.
+/// Writes rows as aligned columns under a header, fitting [`crate::width::COLUMNS`] unless
+/// `--wide`. A table too wide prints its last column (a message, a detail) under each row,
+/// indented and wrapped, and narrows its widest other columns until they fit, a cell cut at its
+/// end (`…`): an id or a subject keeps the prefix the hub resolves.
 pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), CtlError> {
     // A cell is one line: a control character in it (a newline in a message, an escape
     // sequence a host sent) prints as visible text.
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| escape(cell).into_owned()).collect())
+        .map(|row| row.iter().map(|cell| shown(cell)).collect())
         .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+    let natural = |columns: usize| -> Vec<usize> {
+        let mut widths: Vec<usize> = header.iter().take(columns).map(|h| h.len()).collect();
+        for row in &rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(width::len(cell));
+            }
         }
-    }
+        widths
+    };
+    let mut widths = natural(header.len());
+    let table_width = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+    // The last column goes under its row when the table does not fit.
+    let (columns, below) = match width::limit() {
+        Some(limit) if table_width > limit && header.len() > 1 => {
+            let columns = header.len() - 1;
+            let headers: Vec<usize> = header.iter().take(columns).map(|h| h.len()).collect();
+            widths = width::fit_columns(&natural(columns), &headers, 2, limit);
+            (columns, Some(limit.saturating_sub(BELOW_INDENT)))
+        }
+        _ => (header.len(), None),
+    };
     let mut out = std::io::stdout().lock();
     let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
         let text: Vec<String> = cells
             .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
+            .map(|(cell, width)| format!("{:<width$}", width::elide(cell, *width)))
             .collect();
         text.join("  ").trim_end().to_owned()
     };
-    writeln!(out, "{}", line(&mut header.iter().copied())).map_err(CtlError::Output)?;
+    writeln!(out, "{}", line(&mut header.iter().copied().take(columns)))
+        .map_err(CtlError::Output)?;
     for row in &rows {
-        writeln!(out, "{}", line(&mut row.iter().map(String::as_str))).map_err(CtlError::Output)?;
+        writeln!(
+            out,
+            "{}",
+            line(&mut row.iter().map(String::as_str).take(columns))
+        )
+        .map_err(CtlError::Output)?;
+        let Some(room) = below else { continue };
+        let Some(cell) = row.get(columns).filter(|c| !c.is_empty() && *c != "-") else {
+            continue;
+        };
+        for piece in width::wrap(cell, room) {
+            writeln!(out, "{:BELOW_INDENT$}{piece}", "").map_err(CtlError::Output)?;
+        }
     }
     Ok(())
+}
+
+/// How far a table's last column, printed under its row, is indented.
+const BELOW_INDENT: usize = 4;
+
+/// `text` as a line or cell shows it: every control character escaped, and (unless `--wide`)
+/// each long fingerprint shortened to its first bytes.
+fn shown(text: &str) -> String {
+    width::short_fingerprints(&escape(text)).into_owned()
 }
 
 /// Writes one line to stdout, every control character in it escaped; [`outln!`](crate::outln)
@@ -55,7 +96,19 @@ pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), CtlError> {
 pub fn line(args: std::fmt::Arguments<'_>) -> Result<(), CtlError> {
     let text = std::fmt::format(args);
     let mut out = std::io::stdout().lock();
-    out.write_all(escape(&text).as_bytes())
+    for line in width::fold(&shown(&text)) {
+        out.write_all(line.as_bytes())
+            .and_then(|()| out.write_all(b"\n"))
+            .map_err(CtlError::Output)?;
+    }
+    Ok(())
+}
+
+/// Writes one line to stdout as it is, never wrapped (every control character escaped): the
+/// line a monitoring plugin reads, which bounds its own length.
+pub fn plugin_line(text: &str) -> Result<(), CtlError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(escape(text).as_bytes())
         .and_then(|()| out.write_all(b"\n"))
         .map_err(CtlError::Output)
 }
@@ -121,13 +174,25 @@ pub fn print_json(value: &Value) -> Result<(), CtlError> {
     writeln!(std::io::stdout().lock(), "{}", escape_json_text(&text)).map_err(CtlError::Output)
 }
 
-/// Prints `key: value` lines.
+/// Prints `key: value` lines; a value too long for the line wraps at spaces onto lines
+/// indented under it (unless `--wide`).
 pub fn print_fields(fields: &[(&str, String)]) -> Result<(), CtlError> {
-    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let key_width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out = std::io::stdout().lock();
     for (key, value) in fields {
-        writeln!(out, "{:<width$} {}", format!("{key}:"), escape(value))
-            .map_err(CtlError::Output)?;
+        let value = shown(value);
+        let pieces = match width::limit() {
+            Some(limit) => width::wrap(&value, limit.saturating_sub(key_width + 1).max(20)),
+            None => vec![value],
+        };
+        for (i, piece) in pieces.iter().enumerate() {
+            let key = if i == 0 {
+                format!("{key}:")
+            } else {
+                String::new()
+            };
+            writeln!(out, "{key:<key_width$} {piece}").map_err(CtlError::Output)?;
+        }
     }
     Ok(())
 }

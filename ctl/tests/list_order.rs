@@ -130,3 +130,100 @@ async fn events_and_jobs_are_listed_newest_first() {
         "the table lists what the JSON does, in its order"
     );
 }
+
+/// The ids of a JSON list `bosunctl` printed, by `key`.
+fn ids(out: &Output, key: &str) -> Vec<String> {
+    assert_ok(out);
+    let list: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    list.iter()
+        .map(|item| item[key].to_string().trim_matches('"').to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_list_of_things_that_happened_keeps_the_newest_limit() {
+    let hub = start_hub().await;
+    let host = hub.enroll_agent("pve-limit").await;
+    let name = host.to_string();
+    for n in 1..=3 {
+        queue_job(&hub, host, &format!("limit-job-nonce-{n}")).await;
+        let file = hub.dir.path().join(format!("artifact-{n}"));
+        std::fs::write(&file, format!("artifact {n}")).unwrap();
+        assert_ok(&hub.run(&["artifact", "upload", path(&file)]).await);
+        // Apart in time: the hub orders artifacts by when they were stored.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        assert_ok(
+            &hub.run(&[
+                "enroll-token",
+                "create",
+                "--ttl",
+                "10m",
+                "--note",
+                &format!("t{n}"),
+            ])
+            .await,
+        );
+        assert_ok(
+            &hub.run(&[
+                "alerts",
+                "silence",
+                "--host",
+                &name,
+                "--kind",
+                "guest_orphaned",
+                "--for",
+                "1d",
+                "--reason",
+                &format!("s{n}"),
+            ])
+            .await,
+        );
+    }
+    // Each list: all of it, then `--limit 2` gives its first two, in JSON and in the table.
+    let lists: [(&[&str], &str); 4] = [
+        (&["job", "list", "--host", &name], "job_id"),
+        (&["artifact", "list"], "sha256"),
+        (&["enroll-token", "list"], "token_id"),
+        (&["alerts", "silences"], "id"),
+    ];
+    for (args, key) in lists {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let every = ids(&hub.run(&all).await, key);
+        assert!(every.len() >= 3, "{args:?}: {every:?}");
+        all.extend(["--limit", "2"]);
+        let newest = ids(&hub.run(&all).await, key);
+        assert_eq!(newest, every[..2], "{args:?}");
+        let mut text = args.to_vec();
+        text.extend(["--limit", "2"]);
+        let out = hub.run(&text).await;
+        assert_ok(&out);
+        let rows = first_column(&out);
+        assert_eq!(rows.len(), 2, "{args:?}: {rows:?}");
+        assert!(
+            rows.iter()
+                .zip(&newest)
+                .all(|(row, id)| id.starts_with(row.as_str())),
+            "{args:?}: {rows:?} against {newest:?}"
+        );
+    }
+    // The hub bounds each listing itself: a bare client asking for one gets one.
+    for path in [
+        format!("/v1/admin/hosts/{host}/jobs?limit=1"),
+        "/v1/admin/artifacts?limit=1".to_owned(),
+        "/v1/admin/enrollment-tokens?limit=1".to_owned(),
+        "/v1/admin/alerts/silences?limit=1".to_owned(),
+    ] {
+        let listed: Vec<Value> = hub
+            .pinned_client()
+            .get(format!("{}{path}", hub.url))
+            .bearer_auth(&hub.admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1, "{path}: {listed:?}");
+    }
+}

@@ -8,6 +8,7 @@ mod common;
 
 mod cli;
 mod conventions;
+mod fleet_dry_run;
 mod golden_sign;
 mod host_labels;
 mod hosts_history;
@@ -18,5 +19,6 @@ mod list_order;
 mod remote_text;
 mod secret_seal;
 mod sign_floor;
+mod text_width;
 mod tokens;
 mod views_agree;

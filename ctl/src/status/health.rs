@@ -59,11 +59,13 @@ pub fn check_line(hosts: &[HostDetail]) -> (u8, String) {
             HealthLevel::Warning => warning += 1,
             HealthLevel::Ok => continue,
         }
-        let counting: Vec<&str> = rollup
+        // A reason names its subject whole (a PBS target with its certificate's fingerprint):
+        // its start says which.
+        let counting: Vec<String> = rollup
             .reasons
             .iter()
             .filter(|r| r.level != HealthLevel::Ok)
-            .map(|r| r.text.as_str())
+            .map(|r| crate::width::elide(&r.text, REASON_COLUMNS))
             .collect();
         problems.push(format!(
             "{}: {}",
@@ -76,11 +78,18 @@ pub fn check_line(hosts: &[HostDetail]) -> (u8, String) {
     } else {
         problems.join("; ")
     };
-    let line = format!(
-        "BOSUN {} - {} | hosts={} critical={critical} warning={warning}",
-        worst.plugin_word(),
-        text,
+    // The performance data is kept whole; the text is cut so the line stays within what a
+    // plugin's parser keeps.
+    let head = format!("BOSUN {} - ", worst.plugin_word());
+    let perf = format!(
+        " | hosts={} critical={critical} warning={warning}",
         hosts.len()
     );
+    let room = crate::width::MONITORING_LINE
+        .saturating_sub(crate::width::len(&head) + crate::width::len(&perf));
+    let line = format!("{head}{}{perf}", crate::width::elide(&text, room));
     (worst.plugin_exit(), line)
 }
+
+/// The most columns one reason takes on the `--check` line.
+const REASON_COLUMNS: usize = 60;

@@ -306,18 +306,22 @@ pub async fn create_enroll_token(
     ))
 }
 
-/// `GET /v1/admin/enrollment-tokens`: the tokens the hub keeps, never a token itself.
+/// `GET /v1/admin/enrollment-tokens?limit=N`: the tokens the hub keeps, never a token itself.
 #[utoipa::path(get, path = "/v1/admin/enrollment-tokens", tag = "admin",
+    params(("limit" = Option<u32>, Query, maximum = 500, description = "most tokens to list, newest first (default and most 500)")),
     responses(
         (status = 200, description = "the tokens the hub keeps (retention prunes used and expired ones), newest first, at most 500", body = Vec<EnrollTokenInfo>),
+        (status = 400, description = "`bad_query`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_enroll_tokens(
     State(hub): State<Hub>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<EnrollTokenInfo>>, ApiError> {
+    let limit = list_limit(query.as_deref(), crate::store::MAX_LISTED_TOKENS)?;
     let now_ms = hub.clock().now_ms();
     Ok(Json(
-        hub.store_call(move |store| store.list_enroll_tokens(now_ms))
+        hub.store_call(move |store| store.list_enroll_tokens(now_ms, limit))
             .await?,
     ))
 }
@@ -480,22 +484,25 @@ pub async fn submit_job(
     Ok((status, Json(accepted)))
 }
 
-/// `GET /v1/admin/hosts/{host_id}/jobs`.
+/// `GET /v1/admin/hosts/{host_id}/jobs?limit=N`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
-    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
+        ("limit" = Option<u32>, Query, maximum = 10000, description = "most jobs to list, newest first (default and most 10000)")),
     responses(
-        (status = 200, description = "the host's jobs and their results, newest first", body = Vec<JobRecord>),
-        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 200, description = "the host's newest jobs and their results, newest first", body = Vec<JobRecord>),
+        (status = 400, description = "`bad_host_id`, `bad_query`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_jobs(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<JobRecord>>, ApiError> {
+    let limit = list_limit(query.as_deref(), MAX_LISTED)?;
     let host_id = extract::admin_host(&hub, &raw_host).await?;
     let mut jobs = hub
-        .store_call(move |store| store.list_jobs(host_id))
+        .store_call(move |store| store.list_jobs(host_id, limit))
         .await?;
     newest_first(&mut jobs);
     Ok(Json(jobs))
@@ -632,6 +639,17 @@ pub async fn list_events(
         .await?;
     newest_first(&mut events);
     Ok(Json(events))
+}
+
+/// The most rows a listing of things that happened answers (jobs, artifacts, silences,
+/// alerts, events).
+pub const MAX_LISTED: u32 = 10_000;
+
+/// A listing's `?limit=N`: at most `max`, and `max` when not given.
+pub fn list_limit(query: Option<&str>, max: u32) -> Result<u32, ApiError> {
+    Ok(extract::query_number::<u32>(query, "limit")?
+        .unwrap_or(max)
+        .min(max))
 }
 
 /// Every list the admin API answers is newest first (decision 0069). The store reads its

@@ -3,7 +3,7 @@
 //! in the hub's log (`alert_acknowledged`, `alert_silenced`, `alert_unsilenced`).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use bosun_proto::ValidationError;
 use bosun_proto::admin::{ErrorBody, OpenAlert};
@@ -75,16 +75,23 @@ pub async fn create_silence(
     Ok((StatusCode::CREATED, Json(silence)))
 }
 
-/// `GET /v1/admin/alerts/silences`: the silences in force, newest first (decision 0069).
+/// `GET /v1/admin/alerts/silences?limit=N`: the newest silences in force, newest first
+/// (decision 0069).
 #[utoipa::path(get, path = "/v1/admin/alerts/silences", tag = "admin",
+    params(("limit" = Option<u32>, Query, maximum = 10000, description = "most silences to list, newest first (default and most 10000)")),
     responses(
-        (status = 200, description = "the silences in force, newest first", body = Vec<Silence>),
+        (status = 200, description = "the newest silences in force, newest first", body = Vec<Silence>),
+        (status = 400, description = "`bad_query`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn list_silences(State(hub): State<Hub>) -> Result<Json<Vec<Silence>>, ApiError> {
+pub async fn list_silences(
+    State(hub): State<Hub>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<Silence>>, ApiError> {
+    let limit = super::admin::list_limit(query.as_deref(), super::admin::MAX_LISTED)?;
     let now_ms = hub.clock().now_ms();
     let mut silences = hub
-        .store_call(move |store| store.list_silences(now_ms))
+        .store_call(move |store| store.list_silences(now_ms, limit))
         .await?;
     silences.reverse();
     Ok(Json(silences))

@@ -6,7 +6,7 @@
 //! digest an operator signed either. A file beside a SQLite database is streamed.
 
 use axum::Json;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{MethodRouter, get, put};
@@ -82,14 +82,23 @@ pub async fn put_artifact(
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
-/// `GET /v1/admin/artifacts`: the stored artifacts, newest first.
+/// `GET /v1/admin/artifacts?limit=N`: the newest stored artifacts, newest first.
 #[utoipa::path(get, path = "/v1/admin/artifacts", tag = "admin",
+    params(("limit" = Option<u32>, Query, maximum = 10000, description = "most artifacts to list, newest first (default and most 10000)")),
     responses(
-        (status = 200, description = "the stored artifacts, newest first", body = Vec<ArtifactInfo>),
+        (status = 200, description = "the newest stored artifacts, newest first", body = Vec<ArtifactInfo>),
+        (status = 400, description = "`bad_query`", body = ErrorBody),
         (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn list_artifacts(State(hub): State<Hub>) -> Result<Json<Vec<ArtifactInfo>>, ApiError> {
-    Ok(Json(hub.store_call(|store| store.list_artifacts()).await?))
+pub async fn list_artifacts(
+    State(hub): State<Hub>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<ArtifactInfo>>, ApiError> {
+    let limit = super::admin::list_limit(query.as_deref(), super::admin::MAX_LISTED)?;
+    Ok(Json(
+        hub.store_call(move |store| store.list_artifacts(limit))
+            .await?,
+    ))
 }
 
 /// `GET /v1/hosts/{host_id}/artifacts/{sha256}`: the bytes stored under `sha256`, for an

@@ -461,6 +461,29 @@ pub(super) fn in_force(
     .collect()
 }
 
+/// The newest `limit` silences in force at `now_ms` on any host (at most [`MAX_LISTED`]),
+/// oldest first.
+pub(super) fn newest_in_force(
+    tx: Tx<'_, '_>,
+    now_ms: i64,
+    limit: u32,
+) -> StoreResult<Vec<Silence>> {
+    let limit = i64::from(limit).min(MAX_LISTED);
+    tx.query_map(
+        "list silences",
+        &format!(
+            "SELECT * FROM (
+                 {SELECT_SILENCE} WHERE s.removed_ms IS NULL AND s.until_ms > ?1
+                 ORDER BY s.id DESC LIMIT ?2
+             ) AS newest ORDER BY id"
+        ),
+        &[&now_ms, &limit],
+        silence_row,
+    )?
+    .into_iter()
+    .collect()
+}
+
 const SELECT_SILENCE: &str = "SELECT s.id, s.host_id, h.hostname, s.kind, s.subject, s.created_ms,
         s.until_ms, s.reason, s.removed_ms
     FROM alert_silences s JOIN hosts h ON h.host_id = s.host_id";

@@ -177,14 +177,16 @@ pub(super) fn get_held(tx: Tx<'_, '_>, sha256: &str) -> StoreResult<Option<Artif
 }
 
 /// Every stored artifact, newest first.
-pub(super) fn list(tx: Tx<'_, '_>) -> StoreResult<Vec<ArtifactInfo>> {
+pub(super) fn list(tx: Tx<'_, '_>, limit: u32) -> StoreResult<Vec<ArtifactInfo>> {
     tx.query_map(
         "list artifacts",
         tx.dialect().pick(
-            "SELECT sha256, size, stored_ms FROM artifacts ORDER BY stored_ms DESC, rowid DESC",
-            "SELECT sha256, size, stored_ms FROM artifacts ORDER BY stored_ms DESC, sha256 DESC",
+            "SELECT sha256, size, stored_ms FROM artifacts ORDER BY stored_ms DESC, rowid DESC
+             LIMIT ?1",
+            "SELECT sha256, size, stored_ms FROM artifacts ORDER BY stored_ms DESC, sha256 DESC
+             LIMIT ?1",
         ),
-        &[],
+        &[&i64::from(limit)],
         |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)),
     )?
     .into_iter()

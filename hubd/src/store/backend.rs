@@ -160,9 +160,10 @@ impl<B: Backend> AccessStore for B {
     fn list_enroll_tokens(
         &self,
         now_ms: i64,
+        limit: u32,
     ) -> StoreResult<Vec<bosun_proto::admin::EnrollTokenInfo>> {
         self.read_tx("list enrollment tokens", |tx| {
-            super::enroll::list_tokens(tx, now_ms)
+            super::enroll::list_tokens(tx, now_ms, limit)
         })
     }
     fn revoke_enroll_token(
@@ -406,8 +407,8 @@ impl<B: Backend> JobStore for B {
             super::jobs::cancel_job(tx, host_id, job_id, now_ms)
         })
     }
-    fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
-        self.read_tx("list jobs", |tx| super::jobs::list_jobs(tx, host_id))
+    fn list_jobs(&self, host_id: Uuid, limit: u32) -> StoreResult<Vec<JobRecord>> {
+        self.read_tx("list jobs", |tx| super::jobs::list_jobs(tx, host_id, limit))
     }
 }
 
@@ -427,9 +428,9 @@ impl<B: Backend> AlertStore for B {
             super::alert_triage::create_silence(tx, request, now_ms)
         })
     }
-    fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<Silence>> {
+    fn list_silences(&self, now_ms: i64, limit: u32) -> StoreResult<Vec<Silence>> {
         self.read_tx("list silences", |tx| {
-            super::alert_triage::in_force(tx, None, now_ms)
+            super::alert_triage::newest_in_force(tx, now_ms, limit)
         })
     }
     fn remove_silence(&self, id: u64, now_ms: i64) -> StoreResult<Silence> {
@@ -512,8 +513,8 @@ impl<B: Backend> AuditStore for B {
 }
 
 impl<B: Backend> ArtifactStore for B {
-    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read_tx("list artifacts", super::artifacts::list)
+    fn list_artifacts(&self, limit: u32) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
+        self.read_tx("list artifacts", |tx| super::artifacts::list(tx, limit))
     }
     fn put_artifact(
         &self,

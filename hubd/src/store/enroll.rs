@@ -56,8 +56,12 @@ pub fn token_id(hash: &[u8]) -> String {
 }
 
 /// The tokens the hub still keeps (retention prunes used and expired ones), newest first,
-/// at most [`MAX_LISTED_TOKENS`].
-pub(super) fn list_tokens(tx: Tx<'_, '_>, now_ms: i64) -> StoreResult<Vec<EnrollTokenInfo>> {
+/// at most `limit` and [`MAX_LISTED_TOKENS`].
+pub(super) fn list_tokens(
+    tx: Tx<'_, '_>,
+    now_ms: i64,
+    limit: u32,
+) -> StoreResult<Vec<EnrollTokenInfo>> {
     type Raw = (
         Vec<u8>,
         i64,
@@ -74,7 +78,7 @@ pub(super) fn list_tokens(tx: Tx<'_, '_>, now_ms: i64) -> StoreResult<Vec<Enroll
         "SELECT token_hash, created_ms, expires_ms, require_approval, note, restore_host,
                 used_ms, used_by, revoked_ms
          FROM enroll_tokens ORDER BY created_ms DESC LIMIT ?1",
-        params![MAX_LISTED_TOKENS],
+        params![limit.min(MAX_LISTED_TOKENS)],
         |r| {
             Ok((
                 r.get(0)?,

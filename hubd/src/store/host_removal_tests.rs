@@ -228,7 +228,12 @@ fn removal(store: &dyn Store) -> (Uuid, Uuid) {
     let last = events.last().unwrap();
     assert_eq!(last.kind, "host_removed");
     assert_eq!(last.detail["hostname"], "pve1");
-    assert!(store.list_silences(overdue_at + 2).unwrap().is_empty());
+    assert!(
+        store
+            .list_silences(overdue_at + 2, 10_000)
+            .unwrap()
+            .is_empty()
+    );
     let trail = store
         .audit(&AuditQuery {
             host_id: None,

@@ -329,13 +329,16 @@ pub(super) fn cancel_job(
     Ok(JobState::Cancelled)
 }
 
-pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
+/// The newest `limit` jobs of `host_id`, oldest first.
+pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid, limit: u32) -> StoreResult<Vec<JobRecord>> {
     tx.require_host(host_id)?;
     let rows = tx.query_map(
         "list jobs",
-        "SELECT job_id, kind, state, submitted_ms, acked_ms, result, priority FROM jobs
-         WHERE host_id = ?1 ORDER BY seq",
-        params![host_id.to_string()],
+        "SELECT job_id, kind, state, submitted_ms, acked_ms, result, priority FROM (
+             SELECT seq, job_id, kind, state, submitted_ms, acked_ms, result, priority FROM jobs
+             WHERE host_id = ?1 ORDER BY seq DESC LIMIT ?2
+         ) AS newest ORDER BY seq",
+        params![host_id.to_string(), i64::from(limit)],
         |r| {
             Ok((
                 r.get::<String>(0)?,

@@ -45,6 +45,7 @@ pub use artifact_files::ARTIFACTS_DIR;
 pub use artifacts::{ArtifactBytes, MAX_ARTIFACTS};
 pub use audit_trail::{AuditCursor, AuditQuery};
 pub use desired::KEEP_RECENT_GENERATIONS;
+pub use enroll::MAX_LISTED_TOKENS;
 pub use enroll::token_id as enroll_token_id;
 pub use error::{PgError, StoreError, StoreResult};
 pub use host_removal::RemovedHost;

@@ -62,10 +62,12 @@ pub trait AccessStore: Send + Sync {
     /// Stores a new enrollment token. A restore-mode token is refused unless its host exists
     /// (`UnknownHost`) and is revoked (`HostNotRevoked`).
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()>;
-    /// The enrollment tokens the hub keeps, newest first (see `enroll::list_tokens`).
+    /// The newest `limit` enrollment tokens the hub keeps, newest first (see
+    /// `enroll::list_tokens`).
     fn list_enroll_tokens(
         &self,
         now_ms: i64,
+        limit: u32,
     ) -> StoreResult<Vec<bosun_proto::admin::EnrollTokenInfo>>;
     /// Revokes an unused enrollment token by its id (see `enroll::revoke_token`).
     fn revoke_enroll_token(
@@ -242,8 +244,8 @@ pub trait JobStore: Send + Sync {
         result: &JobResult,
         now_ms: i64,
     ) -> StoreResult<Option<Alert>>;
-    /// Jobs of a host, oldest first.
-    fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>>;
+    /// The newest `limit` jobs of a host, oldest first.
+    fn list_jobs(&self, host_id: Uuid, limit: u32) -> StoreResult<Vec<JobRecord>>;
     /// Cancels a queued job (see `jobs::cancel_job`); gives its state after.
     fn cancel_job(&self, host_id: Uuid, job_id: Uuid, now_ms: i64) -> StoreResult<JobState>;
 }
@@ -265,8 +267,12 @@ pub trait AlertStore: Send + Sync {
         request: &bosun_proto::alert_triage::CreateSilence,
         now_ms: i64,
     ) -> StoreResult<bosun_proto::alert_triage::Silence>;
-    /// The silences in force at `now_ms`, oldest first.
-    fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<bosun_proto::alert_triage::Silence>>;
+    /// The newest `limit` silences in force at `now_ms`, oldest first.
+    fn list_silences(
+        &self,
+        now_ms: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<bosun_proto::alert_triage::Silence>>;
     /// Ends a silence in force early (`UnknownSilence` when none is in force under `id`).
     fn remove_silence(
         &self,
@@ -313,8 +319,8 @@ pub trait ArtifactStore: Send + Sync {
     /// The bytes stored under `sha256`, checked against it (`ArtifactCorrupt` when they no
     /// longer match).
     fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>>;
-    /// Every stored artifact, newest first.
-    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
+    /// The newest `limit` stored artifacts, newest first.
+    fn list_artifacts(&self, limit: u32) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
 }
 
 /// The store's calls about the hub's own keys, its pins, and the restore mark.
