@@ -66,6 +66,7 @@ mod golden_archives;
 mod golden_builds;
 mod golden_serials;
 pub mod guest_audit;
+mod guest_access;
 mod guest_changes;
 mod guest_failures;
 mod guests;
