@@ -181,7 +181,7 @@ impl Install {
         let helper = libexec.join("bosun-helper");
         copy_executable(Path::new(env!("CARGO_BIN_EXE_bosun-helper")), &helper);
         let golden_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden");
-        for unit in bosun_helper::verbs::GOLDEN_UNITS {
+        for unit in bosun_proto::helper::recipe::golden_inputs() {
             std::fs::copy(golden_src.join(unit), root.join("golden").join(unit)).unwrap();
         }
         let image_archive = root.join("golden/controller-image.tar");
