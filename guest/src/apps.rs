@@ -161,10 +161,7 @@ fn check(path: &Path, apps: &[App]) -> Result<(), AppsError> {
                     argv.len()
                 )));
             }
-            if argv
-                .iter()
-                .any(|a| a.len() > MAX_ARG || a.contains('\0'))
-            {
+            if argv.iter().any(|a| a.len() > MAX_ARG || a.contains('\0')) {
                 return Err(bad(format!(
                     "app {name:?}: an argument of its {action} command is longer than {MAX_ARG} bytes or holds a NUL"
                 )));

@@ -182,7 +182,10 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
     environment: &[
         ("BOSUN_BOOTSTRAP", "the bootstrap file, as --bootstrap"),
         ("BOSUN_GUEST_APPS", "the apps file, as --apps"),
-        ("BOSUN_CUSTOMER_APPS", "the customer's apps file, as --customer-apps"),
+        (
+            "BOSUN_CUSTOMER_APPS",
+            "the customer's apps file, as --customer-apps",
+        ),
         (
             "BOSUN_AUTHORIZED_KEYS",
             "where run writes the guest's SSH keys, as --authorized-keys",
@@ -282,10 +285,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             // Access never stops protection: a file that cannot be written is logged and the
             // controller goes on quiescing and reporting.
             Some(path) => {
-                if let Err(e) = bosun_guest::access::write_authorized_keys(
-                    path,
-                    &bootstrap.ssh_authorized_keys,
-                ) {
+                if let Err(e) =
+                    bosun_guest::access::write_authorized_keys(path, &bootstrap.ssh_authorized_keys)
+                {
                     tracing::error!(error = %bosun_errchain::error_chain(&e), "the guest's SSH keys could not be written");
                 }
             }

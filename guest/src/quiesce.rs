@@ -317,9 +317,7 @@ impl Quiescer {
 
     /// The apps' data, when any app names some.
     fn data(apps: &[App]) -> Vec<std::path::PathBuf> {
-        apps.iter()
-            .flat_map(|a| a.data.iter().cloned())
-            .collect()
+        apps.iter().flat_map(|a| a.data.iter().cloned()).collect()
     }
 
     /// Sums the apps' data and writes the restore check, within `bound`; a check that cannot

@@ -348,7 +348,10 @@ async fn a_golden_guest_s_controller_quiesces_the_customer_s_apps_and_writes_its
         .collect();
     write_json(&command.env("BOSUN_BOOTSTRAP"), &boot);
     // Nothing of the customer's is baked into the image.
-    write_json(&command.env("BOSUN_GUEST_APPS"), &Vec::<bosun_guest::App>::new());
+    write_json(
+        &command.env("BOSUN_GUEST_APPS"),
+        &Vec::<bosun_guest::App>::new(),
+    );
     let customer_apps = command.env("BOSUN_CUSTOMER_APPS");
     assert!(
         customer_apps.ends_with("etc/bosun/apps.json"),
@@ -357,12 +360,19 @@ async fn a_golden_guest_s_controller_quiesces_the_customer_s_apps_and_writes_its
     );
     let app_dir = h.dir.path().join("apps");
     std::fs::create_dir_all(&app_dir).unwrap();
-    write_json(&customer_apps, &apps_named(&app_dir, &["shop-db", "shop-web"]));
+    write_json(
+        &customer_apps,
+        &apps_named(&app_dir, &["shop-db", "shop-web"]),
+    );
     h.policy.send_replace(Some(daily_policy("hourly", 10)));
 
     let mut child = command.spawn(&root, &[]);
     let keys = command.env("BOSUN_AUTHORIZED_KEYS");
-    assert!(keys.ends_with("etc/bosun/authorized_keys/root"), "{}", keys.display());
+    assert!(
+        keys.ends_with("etc/bosun/authorized_keys/root"),
+        "{}",
+        keys.display()
+    );
     wait_until("the keys written", &mut child, || keys.exists()).await;
     assert_eq!(
         std::fs::read_to_string(&keys).unwrap(),

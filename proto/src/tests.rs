@@ -984,7 +984,11 @@ fn the_docs_json_blocks_parse_as_what_they_show() {
         } else {
             let apps: Vec<serde_json::Value> =
                 serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
-            assert!(apps.iter().all(|a| a["stop"].is_array() && a["start"].is_array()), "{text}");
+            assert!(
+                apps.iter()
+                    .all(|a| a["stop"].is_array() && a["start"].is_array()),
+                "{text}"
+            );
         }
     }
 }

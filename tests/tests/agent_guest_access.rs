@@ -49,7 +49,12 @@ fn with_signed(base: &Value, plan: &DataPlan) -> Value {
 async fn a_guest_s_keys_come_only_from_the_operator_s_signed_plan() {
     let sim = start_sim(SimConfig::fast()).await;
     let hub = HostileHub::start().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some("hostile-enroll-token"));
+    let files = agent_files(
+        &sim,
+        &hub.url,
+        &hub.fingerprint,
+        Some("hostile-enroll-token"),
+    );
     files.use_local_api(0, "");
     let helper = files.helper.clone();
     let agent = InProcessAgent::start(&files.config_path).await;
@@ -69,12 +74,8 @@ async fn a_guest_s_keys_come_only_from_the_operator_s_signed_plan() {
             .filter(|v| **v == "push_bootstrap")
             .count()
     };
-    let audited = |action: &'static str| {
-        hub.audit()
-            .into_iter()
-            .filter(|(a, _)| a == action)
-            .count()
-    };
+    let audited =
+        |action: &'static str| hub.audit().into_iter().filter(|(a, _)| a == action).count();
 
     // The customer's guest and a neighbour of another customer.
     let (guest, neighbour) = (Uuid::new_v4(), Uuid::new_v4());
@@ -160,15 +161,24 @@ async fn a_guest_s_keys_come_only_from_the_operator_s_signed_plan() {
 
     // 6. The operator replaces key A by key B: the running shop gets a new bootstrap with B
     //    alone, and its old token stops working.
-    let old_token = helper.read_bootstrap(vmid).local_api.token.expose().to_owned();
+    let old_token = helper
+        .read_bootstrap(vmid)
+        .local_api
+        .token
+        .expose()
+        .to_owned();
     let mut second = plan_of(&base, host);
     second.guest_access = vec![access(guest, "acme", &[KEY_B])];
     assert!(second.serial > first.serial);
     hub.set_desired(with_signed(&base, &second));
-    eventually(Duration::from_secs(30), "the shop's bootstrap carries key B", || {
-        let keys = keys_of(vmid);
-        async move { keys == [KEY_B] }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the shop's bootstrap carries key B",
+        || {
+            let keys = keys_of(vmid);
+            async move { keys == [KEY_B] }
+        },
+    )
     .await;
     let renewed = helper.read_bootstrap(vmid);
     assert_ne!(renewed.local_api.token.expose(), old_token);
@@ -185,10 +195,14 @@ async fn a_guest_s_keys_come_only_from_the_operator_s_signed_plan() {
     let mut third = plan_of(&base, host);
     third.guest_access = vec![access(guest, "acme", &[])];
     hub.set_desired(with_signed(&base, &third));
-    eventually(Duration::from_secs(30), "the shop's keys taken away", || {
-        let keys = keys_of(vmid);
-        async move { keys.is_empty() }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the shop's keys taken away",
+        || {
+            let keys = keys_of(vmid);
+            async move { keys.is_empty() }
+        },
+    )
     .await;
     agent.stop().await;
 }

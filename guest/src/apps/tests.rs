@@ -36,10 +36,17 @@ fn apps_files_are_bounded_in_size_count_names_and_commands() {
         "big.json",
         &" ".repeat(usize::try_from(MAX_APPS_FILE).unwrap() + 1),
     );
-    assert!(matches!(load_customer(&big), Err(AppsError::TooLarge { .. })));
+    assert!(matches!(
+        load_customer(&big),
+        Err(AppsError::TooLarge { .. })
+    ));
     let app = |name: &str| serde_json::json!({"name": name, "stop": ["docker", "stop", name], "start": ["docker", "start", name]});
     let many: Vec<_> = (0..=MAX_APPS).map(|i| app(&format!("a{i}"))).collect();
-    let path = write(dir.path(), "many.json", &serde_json::to_string(&many).unwrap());
+    let path = write(
+        dir.path(),
+        "many.json",
+        &serde_json::to_string(&many).unwrap(),
+    );
     assert!(reason(load_customer(&path).unwrap_err()).contains("at most 32"));
     let twice = write(
         dir.path(),
@@ -70,7 +77,10 @@ fn apps_files_are_bounded_in_size_count_names_and_commands() {
         "unknown.json",
         r#"[{"name": "shop", "stop": ["x"], "start": ["y"], "shell": "sh"}]"#,
     );
-    assert!(matches!(load_customer(&unknown), Err(AppsError::Parse { .. })));
+    assert!(matches!(
+        load_customer(&unknown),
+        Err(AppsError::Parse { .. })
+    ));
 }
 
 #[test]
@@ -94,7 +104,11 @@ fn a_customer_app_cannot_take_the_name_of_the_controller_s_own() {
     .unwrap();
     let merged = merge(&own, shop, Path::new("customer")).unwrap();
     let names: Vec<&str> = merged.iter().map(|a| a.name.as_str()).collect();
-    assert_eq!(names, ["agent-sidecar", "shop"], "the controller's own first");
+    assert_eq!(
+        names,
+        ["agent-sidecar", "shop"],
+        "the controller's own first"
+    );
 }
 
 /// The shipped examples parse as apps files and run only what the controller image holds: it
@@ -115,10 +129,16 @@ fn the_shipped_apps_examples_run_only_docker_and_match_the_compose_file() {
         for app in &apps {
             for argv in [&app.stop, &app.start] {
                 assert_eq!(argv[0], "docker", "{file}: {argv:?}");
-                assert_ne!(argv.get(1).map(String::as_str), Some("compose"), "{file}: no Compose plugin in the image");
+                assert_ne!(
+                    argv.get(1).map(String::as_str),
+                    Some("compose"),
+                    "{file}: no Compose plugin in the image"
+                );
             }
             assert!(
-                app.data.iter().all(|d| d.starts_with("/var/lib/bosun-controller")),
+                app.data
+                    .iter()
+                    .all(|d| d.starts_with("/var/lib/bosun-controller")),
                 "{file}: data the controller's container sees"
             );
             checked += 1;
@@ -142,7 +162,10 @@ fn the_shipped_apps_examples_run_only_docker_and_match_the_compose_file() {
             .filter(|a| containers.contains(a))
             .collect();
         named.sort_unstable();
-        assert_eq!(named, containers, "{verb} names every container of the Compose file");
+        assert_eq!(
+            named, containers,
+            "{verb} names every container of the Compose file"
+        );
     }
     // The guide's own inline apps example too.
     let guide = std::fs::read_to_string(root.join("docs/operator-guide.md")).unwrap();
@@ -155,6 +178,9 @@ fn the_shipped_apps_examples_run_only_docker_and_match_the_compose_file() {
     assert!(!inline.is_empty(), "the guide shows an apps file");
     for block in inline {
         let apps = parse(Path::new("operator-guide.md"), block.as_bytes()).unwrap();
-        assert!(apps.iter().all(|a| a.stop[0] == "docker" && a.start[0] == "docker"));
+        assert!(
+            apps.iter()
+                .all(|a| a.stop[0] == "docker" && a.start[0] == "docker")
+        );
     }
 }

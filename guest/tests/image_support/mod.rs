@@ -237,7 +237,11 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) {
 }
 
 /// Waits for `cond`; fails with the process's stderr when it exits or 30 s pass first.
-pub async fn wait_until(what: &str, child: &mut tokio::process::Child, mut cond: impl FnMut() -> bool) {
+pub async fn wait_until(
+    what: &str,
+    child: &mut tokio::process::Child,
+    mut cond: impl FnMut() -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cond() {
         let exited = child.try_wait().unwrap();
@@ -265,4 +269,3 @@ pub async fn terminate(mut child: tokio::process::Child) -> (std::process::ExitS
     .expect("bosun-guest run ends on SIGTERM");
     (status, text)
 }
-

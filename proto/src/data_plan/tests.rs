@@ -271,8 +271,7 @@ fn a_bulk_backup_goes_only_to_a_directory_vzdump_target_of_the_plan() {
     assert_eq!(field(many).as_deref(), Some("bulk_backups"));
 }
 
-const KEY_A: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMJ9ICvzuRFQSTsuN1n1uZmou1NEzhm7SDmBZQBvv5uX shop-owner@laptop";
+const KEY_A: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMJ9ICvzuRFQSTsuN1n1uZmou1NEzhm7SDmBZQBvv5uX shop-owner@laptop";
 const KEY_B: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPPyqA64EZx2WDADL9rLZIRJm7ZDsG/SLszl6swG3/y4";
 
@@ -292,11 +291,21 @@ fn a_plan_gives_a_guest_its_keys_only_for_the_customer_it_names() {
     let mut p = plan();
     p.guest_access = vec![access(1, "acme", &[KEY_A, KEY_B]), access(2, "zeta", &[])];
     p.validate().unwrap();
-    let keys: Vec<&str> = p.guest_keys(Uuid::from_u128(1), "acme").iter().map(|k| k.as_str()).collect();
+    let keys: Vec<&str> = p
+        .guest_keys(Uuid::from_u128(1), "acme")
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
     // The comment is dropped: the file says exactly the key.
     assert_eq!(keys, [KEY_A.rsplit_once(' ').unwrap().0, KEY_B]);
-    assert!(p.guest_keys(Uuid::from_u128(1), "zeta").is_empty(), "another customer: no key");
-    assert!(p.guest_keys(Uuid::from_u128(3), "acme").is_empty(), "another guest: no key");
+    assert!(
+        p.guest_keys(Uuid::from_u128(1), "zeta").is_empty(),
+        "another customer: no key"
+    );
+    assert!(
+        p.guest_keys(Uuid::from_u128(3), "acme").is_empty(),
+        "another guest: no key"
+    );
     assert!(p.guest_keys(Uuid::from_u128(2), "zeta").is_empty());
     // Round trip through the signed bytes.
     let text = serde_json::to_string(&p).unwrap();

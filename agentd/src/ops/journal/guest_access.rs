@@ -50,11 +50,13 @@ impl Store {
         let mut out = BTreeMap::new();
         for row in rows {
             let (guest_id, sha) = row.map_err(query_err(WHAT))?;
-            let sha: [u8; 32] = sha.try_into().map_err(|bad: Vec<u8>| JournalError::Corrupt {
-                table: "guest_access",
-                column: "keys_sha256",
-                value: format!("{} bytes", bad.len()),
-            })?;
+            let sha: [u8; 32] = sha
+                .try_into()
+                .map_err(|bad: Vec<u8>| JournalError::Corrupt {
+                    table: "guest_access",
+                    column: "keys_sha256",
+                    value: format!("{} bytes", bad.len()),
+                })?;
             out.insert(guest_id, sha);
         }
         Ok(out)
