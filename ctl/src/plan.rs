@@ -46,6 +46,9 @@ pub struct PlanFile {
     /// The bounds on every guest's CPU weight, CPU time and network rate (decision 0100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_share: Option<bosun_proto::share::ShareBounds>,
+    /// The SSH keys each guest's `root` trusts (decision 0107).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guest_access: Vec<bosun_proto::guest_access::GuestAccess>,
 }
 
 /// `bosunctl policy sign-plan`.
@@ -106,6 +109,7 @@ fn unchecked_plan(host: Uuid, file: PlanFile, now: Timestamp) -> DataPlan {
         tunnel: file.tunnel,
         bulk_backups: file.bulk_backups,
         guest_share: file.guest_share,
+        guest_access: file.guest_access,
     }
 }
 
@@ -158,6 +162,8 @@ pub fn derived(
         bulk_backups: derived_bulk_backups(desired),
         // Bounds on the guests' share are the operator's to choose: the agent's own hold.
         guest_share: None,
+        // Who may sign in to a guest is the operator's to write: no key is derived.
+        guest_access: Vec::new(),
     }
 }
 
@@ -351,5 +357,46 @@ mod tests {
         assert_eq!(entry.schedule, "02:00");
         assert_eq!(entry.keep_last, 1, "at least one archive is kept");
         plan_for(Uuid::from_u128(9), file, Timestamp::UNIX_EPOCH).expect("a valid plan");
+    }
+
+    /// Every desired-state example the docs ship is one `derive-plan` accepts as it is, and
+    /// the app chapter's plan file is that derivation plus what only the operator writes
+    /// (the node's storages and who may sign in to the guest), and signs as a valid plan.
+    #[test]
+    fn the_docs_desired_examples_derive_plans_and_the_app_plan_signs() {
+        let examples = [
+            include_str!("../../docs/proto/desired.json"),
+            include_str!("../../docs/proto/desired-ordered.json"),
+            include_str!("../../docs/examples/app/desired.json"),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (i, text) in examples.iter().enumerate() {
+            let path = dir.path().join(format!("desired-{i}.json"));
+            std::fs::write(&path, text).unwrap();
+            derive_plan(&DerivePlanArgs {
+                desired: path,
+                serial: 1,
+                min_interval_seconds: DERIVED_MIN_INTERVAL,
+            })
+            .unwrap_or_else(|e| panic!("example {i}: {e}"));
+        }
+        let desired: bosun_proto::desired::DesiredState =
+            serde_json::from_str(examples[2]).unwrap();
+        let file: PlanFile =
+            serde_json::from_str(include_str!("../../docs/examples/app/plan.json")).unwrap();
+        let derived = derived(&desired, 1, DERIVED_MIN_INTERVAL);
+        assert_eq!(
+            (&file.targets, &file.backup, &file.bulk_backups),
+            (&derived.targets, &derived.backup, &derived.bulk_backups),
+            "the example plan is derive-plan's output for the example desired state"
+        );
+        let plan = plan_for(Uuid::from_u128(9), file, Timestamp::UNIX_EPOCH).unwrap();
+        let guest = &desired.guests[0];
+        assert_eq!(
+            plan.guest_keys(guest.guest_id, &guest.customer.customer_id)
+                .len(),
+            1,
+            "the example gives the example guest its customer's key"
+        );
     }
 }

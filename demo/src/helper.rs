@@ -60,7 +60,7 @@ fn golden_inputs(prefix: &Path) -> Result<(PathBuf, PathBuf), DemoError> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden");
     let golden_dir = prefix.join("usr/share/bosun/golden");
     dir_0755(&golden_dir)?;
-    for unit in bosun_proto::helper::recipe::GOLDEN_UNITS {
+    for unit in bosun_proto::helper::recipe::golden_inputs() {
         let from = source.join(unit);
         let to = golden_dir.join(unit);
         std::fs::copy(&from, &to).map_err(artifact(&from))?;

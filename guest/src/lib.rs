@@ -18,10 +18,16 @@
 //! - [`protection`] is the guest's own protection as the agent judges it from its journal
 //!   against the signed plan: `bosun-guest status` prints it and exits 3 while anything is
 //!   overdue; `bosun-guest run` watches it and warns.
+//! - [`apps`] reads the apps files: the controller's own and the guest's, which the
+//!   customer writes beside the app they deployed (decision 0107).
+//! - [`access`] writes the SSH keys the operator's signed plan trusts for the guest's `root`,
+//!   which the bootstrap carries, where the golden image's sshd reads them.
 //! - [`restore_check`] is the guest's own restore check: written while the apps are stopped
 //!   for a backup (checksums of their data and a script that verifies them), removed when they
 //!   run again, run by Bosun's restore test inside a restored copy of the guest.
 
+pub mod access;
+pub mod apps;
 pub mod backoff;
 pub mod bootstrap;
 pub mod client;

@@ -27,6 +27,10 @@ struct Args {
     /// JSON list of apps: `[{"name": …, "stop": [argv…], "start": [argv…], "data": [path…]}]`.
     #[arg(long, env = "BOSUN_GUEST_APPS")]
     apps: Option<PathBuf>,
+    /// The customer's apps file in the guest, same format, read again at every quiesce pass;
+    /// missing lists no apps, invalid is logged and the backup goes on without its apps.
+    #[arg(long, env = "BOSUN_CUSTOMER_APPS")]
+    customer_apps: Option<PathBuf>,
     /// The quiesce marker (persistent storage).
     #[arg(long, default_value = "/var/lib/bosun-guest/quiesce.marker")]
     marker: PathBuf,
@@ -95,6 +99,10 @@ enum Command {
         /// watches the guest.
         #[arg(long)]
         protection_file: Option<PathBuf>,
+        /// Write the SSH keys the bootstrap carries (the operator's signed plan's keys for
+        /// this guest's root) to this file at start, replacing it whole.
+        #[arg(long, env = "BOSUN_AUTHORIZED_KEYS")]
+        authorized_keys: Option<PathBuf>,
     },
     /// Print this guest's protection as the host agent judges it from its own journal against
     /// the operator's signed plan: the last backup per tier, verification per PBS tier and
@@ -175,6 +183,14 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
         ("BOSUN_BOOTSTRAP", "the bootstrap file, as --bootstrap"),
         ("BOSUN_GUEST_APPS", "the apps file, as --apps"),
         (
+            "BOSUN_CUSTOMER_APPS",
+            "the customer's apps file, as --customer-apps",
+        ),
+        (
+            "BOSUN_AUTHORIZED_KEYS",
+            "where run writes the guest's SSH keys, as --authorized-keys",
+        ),
+        (
             "RUST_LOG",
             "the log filter (default info), logs go to stderr",
         ),
@@ -249,20 +265,48 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let apps: Vec<App> = match &args.apps {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
-        }
+        Some(path) => bosun_guest::apps::load(path)?,
         None => Vec::new(),
     };
+    if let Some(path) = &args.customer_apps {
+        // Checked at start so a mistake shows at once; a pass reads it again.
+        if let Err(e) = bosun_guest::apps::load_customer(path)
+            .and_then(|customer| bosun_guest::apps::merge(&apps, customer, path))
+        {
+            tracing::warn!(file = %path.display(), error = %bosun_errchain::error_chain(&e), "the customer's apps file cannot be used yet; backups go on without its apps");
+        }
+    }
     let bootstrap = load_bootstrap(&args.bootstrap)?;
+    if let Command::Run {
+        authorized_keys, ..
+    } = &args.command
+    {
+        match authorized_keys {
+            // Access never stops protection: a file that cannot be written is logged and the
+            // controller goes on quiescing and reporting.
+            Some(path) => {
+                if let Err(e) =
+                    bosun_guest::access::write_authorized_keys(path, &bootstrap.ssh_authorized_keys)
+                {
+                    tracing::error!(error = %bosun_errchain::error_chain(&e), "the guest's SSH keys could not be written");
+                }
+            }
+            None if !bootstrap.ssh_authorized_keys.is_empty() => {
+                tracing::warn!(
+                    keys = bootstrap.ssh_authorized_keys.len(),
+                    "the bootstrap carries SSH keys but no --authorized-keys file is named; none written"
+                );
+            }
+            None => {}
+        }
+    }
     let client = LocalApiClient::from_bootstrap(&bootstrap)?;
     let mut config = QuiesceConfig::new(args.marker.clone());
     config.max_quiesce = Duration::from_secs(args.max_quiesce_s);
     config.poll_interval = Duration::from_millis(args.poll_ms);
     config.restore_check.script = args.restore_check.clone();
     config.restore_check.checksums = args.checksums.clone();
+    config.customer_apps = args.customer_apps.clone();
     let quiescer = Quiescer::new(client.clone(), apps, config);
     let shutdown = CancellationToken::new();
     {
@@ -293,6 +337,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             rollouts,
             protection_interval_s,
             protection_file,
+            authorized_keys: _,
         } => {
             let service = Service {
                 protection: ProtectionWatch::new(

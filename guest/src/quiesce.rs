@@ -46,6 +46,9 @@ pub struct QuiesceConfig {
     pub hook_timeout: Duration,
     /// Where the restore check of the apps' data is written while they are stopped.
     pub restore_check: RestoreCheck,
+    /// The customer's apps file ([`crate::apps`]), read again at every pass; its apps come
+    /// after the controller's own.
+    pub customer_apps: Option<PathBuf>,
 }
 
 impl QuiesceConfig {
@@ -57,6 +60,7 @@ impl QuiesceConfig {
             poll_interval: Duration::from_secs(1),
             hook_timeout: Duration::from_secs(120),
             restore_check: RestoreCheck::default(),
+            customer_apps: None,
         }
     }
 }
@@ -153,7 +157,7 @@ impl Quiescer {
             return Ok(Vec::new());
         };
         tracing::warn!(pid = found.pid, apps = ?found.to_restart(), "found a quiesce marker from an interrupted pass; restarting its apps");
-        self.unquiesce(&found).await
+        self.unquiesce(&self.apps_now(), &found).await
     }
 
     /// One pass: recover, and if a backup is due, quiesce, back up and unquiesce.
@@ -166,15 +170,16 @@ impl Quiescer {
         if !due.due {
             return Ok(QuiesceOutcome::NotDue);
         }
+        let apps = self.apps_now();
         let mut mark = Marker {
             pid: std::process::id(),
             stopped: Vec::new(),
             stopping: None,
         };
         marker::write(&self.config.marker_path, &mark).map_err(QuiesceError::Marker)?;
-        let (reason, run_id) = self.quiesced(&mut mark, shutdown).await;
+        let (reason, run_id) = self.quiesced(&apps, &mut mark, shutdown).await;
         tracing::info!(?reason, "starting the apps again");
-        let restarted = self.unquiesce(&mark).await?;
+        let restarted = self.unquiesce(&apps, &mark).await?;
         Ok(QuiesceOutcome::Unquiesced {
             reason,
             run_id,
@@ -182,15 +187,34 @@ impl Quiescer {
         })
     }
 
+    /// The apps of this pass: the controller's own, then the customer's file's. A guest file
+    /// that cannot be used is logged and left out: the backup goes on, unquiesced for its
+    /// apps, rather than not at all.
+    fn apps_now(&self) -> Vec<App> {
+        let Some(path) = &self.config.customer_apps else {
+            return self.apps.clone();
+        };
+        match crate::apps::load_customer(path)
+            .and_then(|guest| crate::apps::merge(&self.apps, guest, path))
+        {
+            Ok(apps) => apps,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %error_chain(&e), "the customer's apps file is not used for this pass: its apps are backed up without being stopped");
+                self.apps.clone()
+            }
+        }
+    }
+
     /// Stops the apps, asks for the backup and waits until the apps may run again. Never
     /// returns without a reason; the caller restarts what `mark` lists.
     async fn quiesced(
         &self,
+        apps: &[App],
         mark: &mut Marker,
         shutdown: &CancellationToken,
     ) -> (RestartReason, Option<String>) {
         let bound = Instant::now() + self.config.max_quiesce;
-        for app in &self.apps {
+        for app in apps {
             mark.stopping = Some(app.name.clone());
             if let Err(e) = marker::write(&self.config.marker_path, mark) {
                 return (
@@ -224,7 +248,7 @@ impl Quiescer {
                 );
             }
         }
-        self.write_restore_check(bound).await;
+        self.write_restore_check(apps, bound).await;
         let max_s = u32::try_from(self.config.max_quiesce.as_secs().max(1)).unwrap_or(u32::MAX);
         let requested = tokio::select! {
             r = self.client.start_quiesced_backup(max_s.min(86_400)) => r,
@@ -292,18 +316,15 @@ impl Quiescer {
     }
 
     /// The apps' data, when any app names some.
-    fn data(&self) -> Vec<std::path::PathBuf> {
-        self.apps
-            .iter()
-            .flat_map(|a| a.data.iter().cloned())
-            .collect()
+    fn data(apps: &[App]) -> Vec<std::path::PathBuf> {
+        apps.iter().flat_map(|a| a.data.iter().cloned()).collect()
     }
 
     /// Sums the apps' data and writes the restore check, within `bound`; a check that cannot
     /// be written is removed (the backup goes on without one: its restore test then says it
     /// was not checked).
-    async fn write_restore_check(&self, bound: Instant) {
-        let data = self.data();
+    async fn write_restore_check(&self, apps: &[App], bound: Instant) {
+        let data = Self::data(apps);
         if data.is_empty() {
             return;
         }
@@ -316,18 +337,18 @@ impl Quiescer {
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %error_chain(&e), "no restore check for this backup");
-                self.remove_restore_check();
+                self.remove_restore_check(apps);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no restore check for this backup");
-                self.remove_restore_check();
+                self.remove_restore_check(apps);
             }
         }
     }
 
     /// Removes the restore check (the apps' data is about to change), when any app names data.
-    fn remove_restore_check(&self) {
-        if !self.data().is_empty()
+    fn remove_restore_check(&self, apps: &[App]) {
+        if !Self::data(apps).is_empty()
             && let Err(e) = self.config.restore_check.remove()
         {
             tracing::error!(error = %error_chain(&e), "the restore check could not be removed; a backup taken now would fail its restore test");
@@ -336,12 +357,12 @@ impl Quiescer {
 
     /// Starts exactly the apps `mark` lists, in reverse stop order; removes the marker when
     /// all of them started. The restore check goes first: once an app runs, its data changes.
-    async fn unquiesce(&self, mark: &Marker) -> Result<Vec<String>, QuiesceError> {
-        self.remove_restore_check();
+    async fn unquiesce(&self, apps: &[App], mark: &Marker) -> Result<Vec<String>, QuiesceError> {
+        self.remove_restore_check(apps);
         let mut restarted = Vec::new();
         let mut failed = Vec::new();
         for name in mark.to_restart().iter().rev() {
-            let Some(app) = self.apps.iter().find(|a| &a.name == name) else {
+            let Some(app) = apps.iter().find(|a| &a.name == name) else {
                 failed.push(format!("{name}: no such app is configured"));
                 continue;
             };

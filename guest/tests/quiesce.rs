@@ -103,6 +103,7 @@ fn bootstrap(h: &Harness, n: usize) -> Bootstrap {
             fingerprint: h.fingerprint.clone(),
             token: SecretToken::new(h.guest(n).token.clone()),
         },
+        ssh_authorized_keys: Vec::new(),
     }
 }
 

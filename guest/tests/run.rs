@@ -3,7 +3,9 @@
 //! moved under a temporary directory, reports the signed digest healthy to a real local API
 //! and quiesces the apps around a due backup in the same process, keeps its digest across a
 //! SIGTERM, refuses a rollout it cannot switch to, retries while the local API is away and
-//! exits at once on a missing bootstrap.
+//! exits at once on a missing bootstrap. In a golden guest it also quiesces the customer's
+//! apps from the guest's own apps file and writes the keys the bootstrap carries where the
+//! golden image's sshd reads them (decision 0107).
 
 #![allow(
     clippy::unwrap_used,
@@ -13,260 +15,20 @@
 #[path = "../../agentd/tests/localapi_support/mod.rs"]
 mod localapi_support;
 
-use std::path::{Path, PathBuf};
+mod image_support;
+
+use std::os::unix::fs::PermissionsExt as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bosun_agentd::guests::controller::Announced;
 use bosun_agentd::guests::localapi::LocalApiConfig;
 use bosun_agentd::ops::journal::ControllerState;
-use bosun_guest::App;
-use bosun_proto::bootstrap::{Bootstrap, LocalApi, PinnedEndpoint};
-use bosun_proto::desired::CustomerIdentity;
-use bosun_proto::secret::SecretToken;
+use image_support::{
+    ENTRYPOINT, ImageCommand, STATE_DIR, apps, apps_named, bootstrap, digest, image_config,
+    terminate, wait_until, write_json,
+};
 use localapi_support::{Harness, Options, daily_policy};
-use serde_json::Value;
-use tokio::io::AsyncReadExt as _;
-
-/// The program, as the image's entry point names it.
-const ENTRYPOINT: &str = "/usr/bin/bosun-guest";
-/// Where the image keeps its state (the golden unit's volume).
-const STATE_DIR: &str = "/var/lib/bosun-controller";
-/// The directories of the image's paths the test moves under its own directory.
-const RELOCATED: [&str; 3] = [
-    "/etc/bosun-bootstrap/",
-    "/etc/bosun-guest/",
-    "/var/lib/bosun-controller/",
-];
-
-fn digest(c: char) -> String {
-    format!("sha256:{}", c.to_string().repeat(64))
-}
-
-fn check(what: &str, out: &std::process::Output) {
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A `bosun-guest` package file holding this build's program and an empty apps list.
-fn package(dir: &Path) -> PathBuf {
-    let root = dir.join("pkg");
-    for sub in ["DEBIAN", "usr/bin", "etc/bosun-guest"] {
-        std::fs::create_dir_all(root.join(sub)).unwrap();
-    }
-    let arch = std::process::Command::new("dpkg")
-        .arg("--print-architecture")
-        .output()
-        .unwrap();
-    check("dpkg --print-architecture", &arch);
-    std::fs::write(
-        root.join("DEBIAN/control"),
-        format!(
-            "Package: bosun-guest\nVersion: 0.0.0-test\nArchitecture: {}\n\
-             Maintainer: Bosun maintainers <maintainers@example.invalid>\n\
-             Description: bosun-guest built by the test\n",
-            String::from_utf8_lossy(&arch.stdout).trim()
-        ),
-    )
-    .unwrap();
-    std::fs::copy(
-        env!("CARGO_BIN_EXE_bosun-guest"),
-        root.join("usr/bin/bosun-guest"),
-    )
-    .unwrap();
-    std::fs::write(root.join("etc/bosun-guest/apps.json"), "[]\n").unwrap();
-    let deb = dir.join("bosun-guest_0.0.0-test.deb");
-    let out = std::process::Command::new("dpkg-deb")
-        .args(["-Znone", "--root-owner-group", "--build"])
-        .arg(&root)
-        .arg(&deb)
-        .output()
-        .unwrap();
-    check("dpkg-deb --build", &out);
-    deb
-}
-
-/// Builds the image from the package with the recipe and gives its config.
-fn image_config(dir: &Path) -> Value {
-    let deb = package(dir);
-    let archive = dir.join("controller-image.tar");
-    let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/controller-image");
-    let out = std::process::Command::new(recipe)
-        .args(["--tag", "bosun/controller:test", "--deb"])
-        .arg(&deb)
-        .arg("--output")
-        .arg(&archive)
-        .output()
-        .unwrap();
-    check("scripts/controller-image", &out);
-    let image = dir.join("image");
-    std::fs::create_dir(&image).unwrap();
-    let out = std::process::Command::new("tar")
-        .arg("-xf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&image)
-        .output()
-        .unwrap();
-    check("tar -xf", &out);
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(image.join("manifest.json")).unwrap()).unwrap();
-    let config = image.join(manifest[0]["Config"].as_str().unwrap());
-    serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap()
-}
-
-/// `path` moved under `root` when it is in one of the image's directories the test moves.
-fn relocate(root: &Path, text: &str) -> String {
-    if RELOCATED.iter().any(|dir| text.starts_with(dir)) {
-        root.join(text.trim_start_matches('/'))
-            .display()
-            .to_string()
-    } else {
-        text.to_owned()
-    }
-}
-
-/// The image's command line (entry point, arguments, environment) as the golden unit's
-/// `docker run` starts it, its paths under `root`.
-struct ImageCommand {
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-}
-
-impl ImageCommand {
-    fn from_config(config: &Value, root: &Path) -> Self {
-        assert_eq!(
-            config["config"]["Entrypoint"],
-            serde_json::json!([ENTRYPOINT])
-        );
-        let args = config["config"]["Cmd"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| relocate(root, a.as_str().unwrap()))
-            .collect();
-        let env = config["config"]["Env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|e| e.as_str().unwrap().split_once('='))
-            .map(|(key, value)| (key.to_owned(), relocate(root, value)))
-            .collect();
-        Self { args, env }
-    }
-
-    fn env(&self, key: &str) -> PathBuf {
-        let (_, value) = self.env.iter().find(|(k, _)| k == key).unwrap();
-        PathBuf::from(value)
-    }
-
-    /// Starts it, with the quiesce poll and pass fast and the restore check under `root`,
-    /// and `extra` after `run`'s own arguments.
-    fn spawn(&self, root: &Path, extra: &[&str]) -> tokio::process::Child {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_bosun-guest"));
-        command
-            .env_clear()
-            .env("RUST_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .arg("--poll-ms")
-            .arg("20")
-            .arg("--restore-check")
-            .arg(root.join("etc/bosun/restore-check"))
-            .args(&self.args)
-            .args(["--interval-s", "1"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        command.spawn().unwrap()
-    }
-}
-
-/// Apps whose "running" state is a file, every hook call logged.
-fn apps(dir: &Path) -> Vec<App> {
-    let sh = |script: String| vec!["/bin/sh".to_owned(), "-c".to_owned(), script];
-    ["db", "web"]
-        .into_iter()
-        .map(|name| {
-            let running = dir.join(format!("{name}.running"));
-            std::fs::write(&running, "").unwrap();
-            let log = dir.join("log");
-            App {
-                name: name.to_owned(),
-                stop: sh(format!(
-                    "rm -f '{}' && echo 'stop {name}' >> '{}'",
-                    running.display(),
-                    log.display()
-                )),
-                start: sh(format!(
-                    "touch '{}' && echo 'start {name}' >> '{}'",
-                    running.display(),
-                    log.display()
-                )),
-                data: Vec::new(),
-            }
-        })
-        .collect()
-}
-
-fn bootstrap(url: &str, fingerprint: &str, guest_id: &str, token: &str) -> Bootstrap {
-    Bootstrap {
-        schema: bosun_proto::bootstrap::SCHEMA.to_owned(),
-        guest_id: guest_id.parse().unwrap(),
-        customer: CustomerIdentity {
-            customer_id: "acme-01".to_owned(),
-            display_name: "Acme".to_owned(),
-        },
-        hub: PinnedEndpoint {
-            url: "https://hub.example.net".to_owned(),
-            fingerprint: "ab".repeat(32),
-        },
-        local_api: LocalApi {
-            url: url.to_owned(),
-            fingerprint: fingerprint.to_owned(),
-            token: SecretToken::new(token.to_owned()),
-        },
-    }
-}
-
-fn write_json(path: &Path, value: &impl serde::Serialize) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, serde_json::to_vec(value).unwrap()).unwrap();
-}
-
-/// Waits for `cond`; fails with the process's stderr when it exits or 30 s pass first.
-async fn wait_until(what: &str, child: &mut tokio::process::Child, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cond() {
-        let exited = child.try_wait().unwrap();
-        if exited.is_some() || Instant::now() >= deadline {
-            let _ = child.start_kill();
-            let mut text = String::new();
-            let _ = child.stderr.take().unwrap().read_to_string(&mut text).await;
-            panic!("waiting for {what}: exited {exited:?}; its stderr:\n{text}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// SIGTERM, then the exit status and everything it wrote to stderr.
-async fn terminate(mut child: tokio::process::Child) -> (std::process::ExitStatus, String) {
-    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let mut text = String::new();
-    let status = tokio::time::timeout(Duration::from_secs(15), async {
-        stderr.read_to_string(&mut text).await.unwrap();
-        child.wait().await.unwrap()
-    })
-    .await
-    .expect("bosun-guest run ends on SIGTERM");
-    (status, text)
-}
 
 #[test]
 fn the_recipe_s_entry_point_is_run_with_its_state_in_the_controller_volume() {
@@ -551,4 +313,109 @@ fn a_pause_of_zero_or_over_a_day_is_a_usage_error() {
             assert!(stderr.contains("--interval-s"), "{command} {bad}: {stderr}");
         }
     }
+}
+
+/// Two customer keys, as the operator's signed plan lists them (comments dropped).
+const CUSTOMER_KEYS: [&str; 2] = [
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMJ9ICvzuRFQSTsuN1n1uZmou1NEzhm7SDmBZQBvv5uX",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPPyqA64EZx2WDADL9rLZIRJm7ZDsG/SLszl6swG3/y4",
+];
+
+/// A golden guest: the image's command line with nothing baked in but an empty apps list, the
+/// customer's apps in the guest's `/etc/bosun/apps.json` and two keys in the bootstrap. The
+/// keys land, alone, in `/etc/bosun/authorized_keys/root` (0600); the customer's apps are
+/// stopped and started around the due backup, which is taken quiesced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_golden_guest_s_controller_quiesces_the_customer_s_apps_and_writes_its_keys() {
+    let h = Harness::start_with(Options {
+        guests: 1,
+        config: LocalApiConfig {
+            rate_per_s: 1000,
+            burst: 1000,
+            ..LocalApiConfig::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let root = h.dir.path().join("image-root");
+    std::fs::create_dir_all(root.join(STATE_DIR.trim_start_matches('/'))).unwrap();
+    let command = ImageCommand::from_config(&image_config(h.dir.path()), &root);
+    let guest = h.guest(0).clone();
+    let mut boot = bootstrap(&h.base, &h.fingerprint, &guest.guest_id, &guest.token);
+    boot.ssh_authorized_keys = CUSTOMER_KEYS
+        .iter()
+        .map(|k| bosun_proto::break_glass::SshPublicKey::new(k).unwrap())
+        .collect();
+    write_json(&command.env("BOSUN_BOOTSTRAP"), &boot);
+    // Nothing of the customer's is baked into the image.
+    write_json(
+        &command.env("BOSUN_GUEST_APPS"),
+        &Vec::<bosun_guest::App>::new(),
+    );
+    let customer_apps = command.env("BOSUN_CUSTOMER_APPS");
+    assert!(
+        customer_apps.ends_with("etc/bosun/apps.json"),
+        "{}",
+        customer_apps.display()
+    );
+    let app_dir = h.dir.path().join("apps");
+    std::fs::create_dir_all(&app_dir).unwrap();
+    write_json(
+        &customer_apps,
+        &apps_named(&app_dir, &["shop-db", "shop-web"]),
+    );
+    h.policy.send_replace(Some(daily_policy("hourly", 10)));
+
+    let mut child = command.spawn(&root, &[]);
+    let keys = command.env("BOSUN_AUTHORIZED_KEYS");
+    assert!(
+        keys.ends_with("etc/bosun/authorized_keys/root"),
+        "{}",
+        keys.display()
+    );
+    wait_until("the keys written", &mut child, || keys.exists()).await;
+    assert_eq!(
+        std::fs::read_to_string(&keys).unwrap(),
+        format!("{}\n{}\n", CUSTOMER_KEYS[0], CUSTOMER_KEYS[1])
+    );
+    assert_eq!(
+        std::fs::metadata(&keys).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let log = || -> Vec<String> {
+        std::fs::read_to_string(app_dir.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    wait_until("the quiesce window closed", &mut child, || log().len() == 4).await;
+    assert_eq!(
+        log(),
+        [
+            "stop shop-db",
+            "stop shop-web",
+            "start shop-web",
+            "start shop-db"
+        ]
+    );
+    let (_, run) = h.follow_backup(0).await;
+    assert_eq!(
+        (run["phase"].as_str(), run["quiesced"].as_bool()),
+        (Some("done"), Some(true))
+    );
+    let (status, stderr) = terminate(child).await;
+    assert!(status.success(), "{status}: {stderr}");
+
+    // A new bootstrap without keys (the plan took them away): the next start empties the file.
+    boot.ssh_authorized_keys.clear();
+    write_json(&command.env("BOSUN_BOOTSTRAP"), &boot);
+    let mut child = command.spawn(&root, &[]);
+    wait_until("the keys taken away", &mut child, || {
+        std::fs::read_to_string(&keys).is_ok_and(|k| k.is_empty())
+    })
+    .await;
+    let (status, stderr) = terminate(child).await;
+    assert!(status.success(), "{status}: {stderr}");
+    h.shutdown().await;
 }

@@ -75,6 +75,7 @@ fn snapshot() -> DesiredSnapshot {
         tunnel: None,
         bulk_backups: Vec::new(),
         guest_share: None,
+        guest_access: Vec::new(),
     };
     let hubs = DesiredState {
         schema: bosun_proto::desired::SCHEMA.into(),
@@ -135,6 +136,7 @@ fn write_bootstrap(path: &Path, h: &Harness, n: usize) {
             fingerprint: h.fingerprint.clone(),
             token: SecretToken::new(guest.token.clone()),
         },
+        ssh_authorized_keys: Vec::new(),
     };
     std::fs::write(path, serde_json::to_vec(&bootstrap).unwrap()).unwrap();
 }

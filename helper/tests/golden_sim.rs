@@ -79,6 +79,19 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
         let shipped = std::fs::read(install.golden_dir.join(unit)).unwrap();
         assert_eq!((installed.content, installed.mode), (shipped, 0o644));
     }
+    // Keys only, and the keys file the controller writes from the bootstrap (decision 0107).
+    let (drop_in, destination) = bosun_proto::helper::recipe::GOLDEN_SSHD_DROP_IN;
+    let installed = sim
+        .archive_file(volid, destination)
+        .unwrap_or_else(|| panic!("{destination} missing from {volid}"));
+    let shipped = std::fs::read(install.golden_dir.join(drop_in)).unwrap();
+    assert_eq!((&installed.content, installed.mode), (&shipped, 0o644));
+    let text = String::from_utf8(shipped).unwrap();
+    assert!(text.contains("\nPasswordAuthentication no\n"), "{text}");
+    assert!(
+        text.contains("\nAuthorizedKeysFile .ssh/authorized_keys /etc/bosun/authorized_keys/%u\n"),
+        "{text}"
+    );
     for unit in bosun_helper::verbs::GOLDEN_ENABLED {
         let target = if unit.ends_with(".path") {
             "paths.target"

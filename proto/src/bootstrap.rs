@@ -26,6 +26,11 @@ pub struct Bootstrap {
     pub hub: PinnedEndpoint,
     /// The agent's local API.
     pub local_api: LocalApi,
+    /// The OpenSSH keys the guest's `root` trusts, from the operator's signed data plan
+    /// (decision 0107); the controller writes them to the guest's Bosun-managed
+    /// `authorized_keys`. Absent: no key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_authorized_keys: Vec<crate::break_glass::SshPublicKey>,
 }
 
 /// An HTTPS endpoint and the SHA-256 fingerprint of its leaf certificate.
@@ -70,6 +75,7 @@ impl Bootstrap {
             &self.local_api.url,
             &self.local_api.fingerprint,
         )?;
+        crate::guest_access::validate_keys("ssh_authorized_keys", &self.ssh_authorized_keys)?;
         validate::text(
             || "local_api.token".into(),
             self.local_api.token.expose(),

@@ -82,6 +82,11 @@ pub struct DataPlan {
     /// share classes are held to (decision 0100); absent: the agent's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_share: Option<crate::share::ShareBounds>,
+    /// Who may sign in to each guest: the OpenSSH keys its `root` trusts, handed to the
+    /// guest in its bootstrap (decision 0107). A guest no entry names trusts no key of
+    /// Bosun's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guest_access: Vec<crate::guest_access::GuestAccess>,
 }
 
 /// One of the node's own Proxmox storages and its speed class, as the operator signs it.
@@ -306,6 +311,11 @@ impl DataPlan {
             }
         }
         self.validate_node_storages()?;
+        crate::guest_access::validate_all(
+            "guest_access",
+            &self.guest_access,
+            crate::desired::MAX_GUESTS,
+        )?;
         let backup = &self.backup;
         validate::calendar_event(|| "backup.schedule".into(), &backup.schedule)?;
         backup.retention.validate("backup.retention")?;
@@ -386,6 +396,19 @@ impl DataPlan {
             .iter()
             .find(|n| n.storage == storage)
             .map(|n| n.class)
+    }
+
+    /// The keys the plan trusts for the `root` of guest `guest_id` serving `customer_id`;
+    /// none when no entry names both.
+    pub fn guest_keys(
+        &self,
+        guest_id: Uuid,
+        customer_id: &str,
+    ) -> &[crate::break_glass::SshPublicKey] {
+        self.guest_access
+            .iter()
+            .find(|a| a.guest_id == guest_id && a.customer_id == customer_id)
+            .map_or(&[], |a| a.ssh_keys.as_slice())
     }
 
     /// The plan target with `durable_id`, if any.

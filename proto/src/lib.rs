@@ -29,6 +29,7 @@
 //! | [`sealed_credential`] | `bosun.sealed-credential/v1`, a storage or tunnel secret bound to its host and target or tunnel |
 //! | [`signed`] | the wrapper every operator-signed document travels in |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
+//! | [`guest_access`] | the SSH keys a guest trusts, as the operator's data plan signs them |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
 //! | [`operator_token`] | operator tokens: names, roles, expiry |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
@@ -55,6 +56,7 @@ pub mod fingerprint;
 pub mod golden;
 pub mod golden_recipe;
 pub mod golden_report;
+pub mod guest_access;
 pub mod guest_thresholds;
 pub mod hardware;
 pub mod health;

@@ -956,3 +956,39 @@ fn every_job_kind_is_listed_once_and_named_as_serde_names_it() {
     assert_eq!(names.len(), JobKind::ALL.len());
     assert_eq!(JobKind::from_wire("restore_now"), None);
 }
+
+/// The JSON blocks of the docs parse as what they show: the local API's protection answer,
+/// the guide's share classes and its apps file's shape (the apps themselves are checked by
+/// `bosun-guest`'s tests, which know the format).
+#[test]
+fn the_docs_json_blocks_parse_as_what_they_show() {
+    fn blocks(text: &str) -> Vec<&str> {
+        text.split("```json\n")
+            .skip(1)
+            .filter_map(|b| b.split_once("```").map(|(block, _)| block))
+            .collect()
+    }
+    let protection = blocks(include_str!("../../docs/localapi-protection.md"));
+    assert_eq!(protection.len(), 1);
+    let answer: crate::protection::GuestProtection =
+        serde_json::from_str(protection[0]).expect("the protection example parses");
+    assert!(!answer.items.is_empty());
+    let guide = blocks(include_str!("../../docs/operator-guide.md"));
+    assert!(guide.len() >= 2, "{guide:?}");
+    for block in guide {
+        let text = block.trim();
+        if let Some(fragment) = text.strip_prefix("\"share_classes\":") {
+            let classes: Vec<crate::share::ShareClass> =
+                serde_json::from_str(fragment).expect("the share classes parse");
+            assert_eq!(classes.len(), 2);
+        } else {
+            let apps: Vec<serde_json::Value> =
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(
+                apps.iter()
+                    .all(|a| a["stop"].is_array() && a["start"].is_array()),
+                "{text}"
+            );
+        }
+    }
+}

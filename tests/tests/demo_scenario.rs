@@ -563,8 +563,27 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{step29}"
     );
 
+    // Step 30: the customer's key, signed into the plan, reaches alpha's bootstrap alone and
+    // the controller writes it where the golden image's sshd reads it.
+    let app = outcome
+        .customer_app
+        .clone()
+        .expect("the customer's app step ran");
+    assert!(app.key.starts_with("ssh-ed25519 "), "{app:?}");
+    assert_eq!(app.bootstrap_keys, std::slice::from_ref(&app.key));
+    assert_eq!(
+        (app.written.clone(), app.mode),
+        (format!("{}\n", app.key), 0o600)
+    );
+    let step30 = step_text(&transcript, 30);
+    assert!(
+        step30.contains("\"guest_access\": guest alpha")
+            && step30.contains("/etc/bosun/authorized_keys/root (0600)"),
+        "{step30}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 29;
+    let steps = 30;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(

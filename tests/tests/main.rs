@@ -52,6 +52,7 @@ mod agent_golden_builds;
 mod agent_golden_provenance;
 mod agent_golden_prune;
 mod agent_golden_serials;
+mod agent_guest_access;
 mod agent_guest_failures;
 mod agent_guest_identity;
 mod agent_hardware;

@@ -81,7 +81,7 @@ pub struct TunnelOutcome {
 }
 
 /// The newest plan file the operator signed (`operator/plan-N.json`): its serial and content.
-fn newest_plan(out: &Path) -> Result<(u64, Value), DemoError> {
+pub(super) fn newest_plan(out: &Path) -> Result<(u64, Value), DemoError> {
     let dir = out.join("operator");
     let newest = std::fs::read_dir(&dir)
         .map_err(artifact(&dir))?

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bosun_proto::helper::recipe::{GOLDEN_UNITS, GoldenInputs, Step, Tool};
+use bosun_proto::helper::recipe::{GoldenInputs, Step, Tool, golden_inputs};
 use bosun_proto::helper::recipe::{archive_from_log, golden_steps};
 use bosun_proto::helper::stamp::GuestStamp;
 use bosun_proto::helper::{BuildGolden, Output};
@@ -44,7 +44,7 @@ fn program(tool: Tool, config: &Config) -> &Path {
 
 pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError> {
     // Everything the recipe reads from the host must exist before the builder does.
-    let inputs = GOLDEN_UNITS.iter().map(|u| config.golden_dir.join(u));
+    let inputs = golden_inputs().map(|u| config.golden_dir.join(u));
     let mut inputs = inputs.chain([config.controller_image_archive.clone()]);
     if let Some(missing) = inputs.find(|p: &PathBuf| !p.is_file()) {
         return Err(HelperError::not_found(

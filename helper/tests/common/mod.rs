@@ -181,7 +181,7 @@ impl Install {
         let helper = libexec.join("bosun-helper");
         copy_executable(Path::new(env!("CARGO_BIN_EXE_bosun-helper")), &helper);
         let golden_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden");
-        for unit in bosun_helper::verbs::GOLDEN_UNITS {
+        for unit in bosun_proto::helper::recipe::golden_inputs() {
             std::fs::copy(golden_src.join(unit), root.join("golden").join(unit)).unwrap();
         }
         let image_archive = root.join("golden/controller-image.tar");
@@ -686,6 +686,7 @@ pub fn expected_golden_calls(install: &Install) -> Vec<String> {
         format!("pct [push] [9000] [{golden}/bosun-bootstrap.service] [/etc/systemd/system/bosun-bootstrap.service] [--perms] [0644]"),
         format!("pct [push] [9000] [{golden}/bosun-bootstrap-restart.service] [/etc/systemd/system/bosun-bootstrap-restart.service] [--perms] [0644]"),
         format!("pct [push] [9000] [{golden}/bosun-bootstrap.path] [/etc/systemd/system/bosun-bootstrap.path] [--perms] [0644]"),
+        format!("pct [push] [9000] [{golden}/bosun-sshd.conf] [/etc/ssh/sshd_config.d/bosun.conf] [--perms] [0644]"),
         format!(
             "pct [push] [9000] [{}/guest-stamp-9000] [{GUEST_STAMP_PATH}] [--perms] [0600]",
             install.staging_root.display()

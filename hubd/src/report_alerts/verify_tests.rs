@@ -67,6 +67,7 @@ fn desired(policy: VerifyPolicy, plan_hours: Option<u32>) -> DesiredState {
         tunnel: None,
         bulk_backups: Vec::new(),
         guest_share: None,
+        guest_access: Vec::new(),
     };
     let bytes = serde_json::to_vec(&plan).unwrap();
     state.data_plan = Some(SignedDocument::new(&bytes, "sig"));

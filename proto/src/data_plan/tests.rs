@@ -59,6 +59,7 @@ fn plan() -> DataPlan {
         tunnel: None,
         bulk_backups: Vec::new(),
         guest_share: None,
+        guest_access: Vec::new(),
     }
 }
 
@@ -268,4 +269,94 @@ fn a_bulk_backup_goes_only_to_a_directory_vzdump_target_of_the_plan() {
         })
         .collect();
     assert_eq!(field(many).as_deref(), Some("bulk_backups"));
+}
+
+const KEY_A: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMJ9ICvzuRFQSTsuN1n1uZmou1NEzhm7SDmBZQBvv5uX shop-owner@laptop";
+const KEY_B: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPPyqA64EZx2WDADL9rLZIRJm7ZDsG/SLszl6swG3/y4";
+
+fn access(guest: u128, customer: &str, keys: &[&str]) -> crate::guest_access::GuestAccess {
+    crate::guest_access::GuestAccess {
+        guest_id: Uuid::from_u128(guest),
+        customer_id: customer.into(),
+        ssh_keys: keys
+            .iter()
+            .map(|k| crate::break_glass::SshPublicKey::new(k).unwrap())
+            .collect(),
+    }
+}
+
+#[test]
+fn a_plan_gives_a_guest_its_keys_only_for_the_customer_it_names() {
+    let mut p = plan();
+    p.guest_access = vec![access(1, "acme", &[KEY_A, KEY_B]), access(2, "zeta", &[])];
+    p.validate().unwrap();
+    let keys: Vec<&str> = p
+        .guest_keys(Uuid::from_u128(1), "acme")
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    // The comment is dropped: the file says exactly the key.
+    assert_eq!(keys, [KEY_A.rsplit_once(' ').unwrap().0, KEY_B]);
+    assert!(
+        p.guest_keys(Uuid::from_u128(1), "zeta").is_empty(),
+        "another customer: no key"
+    );
+    assert!(
+        p.guest_keys(Uuid::from_u128(3), "acme").is_empty(),
+        "another guest: no key"
+    );
+    assert!(p.guest_keys(Uuid::from_u128(2), "zeta").is_empty());
+    // Round trip through the signed bytes.
+    let text = serde_json::to_string(&p).unwrap();
+    assert_eq!(serde_json::from_str::<DataPlan>(&text).unwrap(), p);
+}
+
+#[test]
+fn a_plan_s_guest_access_is_bounded_and_unique() {
+    let field = |p: DataPlan| p.validate().unwrap_err().field().to_owned();
+    let mut p = plan();
+    p.guest_access = vec![access(1, "acme", &[KEY_A]), access(1, "acme", &[KEY_B])];
+    assert_eq!(field(p), "guest_access[1].guest_id");
+    let mut p = plan();
+    p.guest_access = vec![access(1, "acme", &[KEY_A, KEY_A])];
+    assert_eq!(field(p), "guest_access[0].ssh_keys[1]");
+    let mut p = plan();
+    p.guest_access = vec![access(0, "acme", &[KEY_A])];
+    assert_eq!(field(p), "guest_access[0].guest_id");
+    let mut p = plan();
+    p.guest_access = vec![access(1, "ac me", &[KEY_A])];
+    assert_eq!(field(p), "guest_access[0].customer_id");
+    // More keys than a guest may trust (distinct keys, so only the count is wrong).
+    let many: Vec<String> = (0..=crate::guest_access::MAX_GUEST_KEYS)
+        .map(|i| {
+            let mut blob = vec![0, 0, 0, 11];
+            blob.extend_from_slice(b"ssh-ed25519");
+            blob.extend_from_slice(&[0, 0, 0, 32]);
+            blob.extend_from_slice(&[u8::try_from(i).unwrap(); 32]);
+            use base64::Engine as _;
+            format!(
+                "ssh-ed25519 {}",
+                base64::engine::general_purpose::STANDARD.encode(blob)
+            )
+        })
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let mut p = plan();
+    p.guest_access = vec![access(1, "acme", &many)];
+    assert_eq!(field(p), "guest_access[0].ssh_keys");
+    // Options before the key, a second line or a password are not keys.
+    for bad in [
+        format!("command=\"/bin/sh\" {KEY_B}"),
+        format!("{KEY_B}\n{KEY_B}"),
+        "hunter2".to_owned(),
+    ] {
+        let json = serde_json::json!({"guest_id": Uuid::from_u128(1), "customer_id": "acme", "ssh_keys": [bad]});
+        assert!(
+            serde_json::from_value::<crate::guest_access::GuestAccess>(json).is_err(),
+            "{bad:?}"
+        );
+    }
+    let unknown = serde_json::json!({"guest_id": Uuid::from_u128(1), "customer_id": "acme", "ssh_keys": [], "password": "x"});
+    assert!(serde_json::from_value::<crate::guest_access::GuestAccess>(unknown).is_err());
 }

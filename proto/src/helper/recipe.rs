@@ -29,6 +29,17 @@ pub const GOLDEN_UNITS: [&str; 4] = [
     "bosun-bootstrap-restart.service",
     "bosun-bootstrap.path",
 ];
+/// The sshd drop-in in the golden directory (keys only, and the Bosun-managed keys file the
+/// controller writes, decision 0107) and where the image holds it: Debian's `sshd_config`
+/// includes `sshd_config.d/*.conf` first, so its settings win.
+pub const GOLDEN_SSHD_DROP_IN: (&str, &str) =
+    ("bosun-sshd.conf", "/etc/ssh/sshd_config.d/bosun.conf");
+
+/// Every file the recipe reads from the golden directory.
+pub fn golden_inputs() -> impl Iterator<Item = &'static str> {
+    GOLDEN_UNITS.into_iter().chain([GOLDEN_SSHD_DROP_IN.0])
+}
+
 /// The golden units enabled in the image (the others are started by these).
 pub const GOLDEN_ENABLED: [&str; 3] = [
     "bosun-ssh-hostkeys.service",
@@ -134,6 +145,14 @@ pub fn golden_steps(args: &BuildGolden, inputs: &GoldenInputs<'_>) -> Vec<Step> 
         );
         steps.push(pct("push unit", line));
     }
+    let (drop_in, destination) = GOLDEN_SSHD_DROP_IN;
+    steps.push(pct(
+        "push sshd drop-in",
+        format!(
+            "push {v} {} {destination} --perms 0644",
+            inputs.golden_dir.join(drop_in).display()
+        ),
+    ));
     // The unbound stamp every guest made from this image carries (decision 0048).
     let staged = inputs.staged_stamp;
     steps.push(pct(

@@ -438,6 +438,7 @@ pub(crate) fn package_files(package: &str) -> Option<Vec<PackageFile>> {
             ("/usr/sbin", None, 0o755),
             ("/usr/sbin/sshd", Some(elf("sshd")), 0o755),
             ("/usr/bin/ssh-keygen", Some(elf("ssh-keygen")), 0o755),
+            ("/etc/ssh/sshd_config.d", None, 0o755),
             ("/etc/ssh/sshd_config", Some(b"Include /etc/ssh/sshd_config.d/*.conf\nKbdInteractiveAuthentication no\nUsePAM yes\n".to_vec()), 0o644),
             ("/usr/lib/systemd/system/ssh.service", Some(ssh_unit.to_vec()), 0o644),
         ],

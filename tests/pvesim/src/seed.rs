@@ -32,6 +32,12 @@ const GOLDEN_UNITS: [(&str, &str); 4] = [
     ),
 ];
 
+/// The golden image's sshd drop-in (keys only, decision 0107) and where the recipe puts it.
+const GOLDEN_SSHD_DROP_IN: (&str, &str) = (
+    "/etc/ssh/sshd_config.d/bosun.conf",
+    include_str!("../../../golden/bosun-sshd.conf"),
+);
+
 /// The golden units the recipe enables (the restart service is started by the path unit).
 const GOLDEN_ENABLED: [&str; 3] = [
     "bosun-ssh-hostkeys.service",
@@ -282,6 +288,8 @@ pub(crate) fn golden_files() -> FileTree {
             0o644,
         );
     }
+    let (drop_in, text) = GOLDEN_SSHD_DROP_IN;
+    let _ = tree.write(drop_in, text.as_bytes().to_vec(), 0o644);
     for line in [
         format!(
             "/usr/bin/systemctl enable docker.service {}",

@@ -288,6 +288,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
         tunnel: None,
         bulk_backups: Vec::new(),
         guest_share: None,
+        guest_access: Vec::new(),
     }
 }
 
@@ -314,6 +315,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
         tunnel: None,
         bulk_backups: Vec::new(),
         guest_share: None,
+        guest_access: Vec::new(),
     }
     .validate()
     .is_ok()

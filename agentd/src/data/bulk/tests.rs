@@ -71,6 +71,7 @@ fn plan(state: &DesiredState, bulk: Vec<PlanBulkBackup>) -> DataPlan {
         tunnel: None,
         bulk_backups: bulk,
         guest_share: None,
+        guest_access: Vec::new(),
     }
 }
 

@@ -60,6 +60,7 @@ fn plan() -> DataPlan {
         tunnel: None,
         bulk_backups: Vec::new(),
         guest_share: None,
+        guest_access: Vec::new(),
     }
 }
 

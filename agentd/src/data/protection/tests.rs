@@ -75,6 +75,7 @@ fn plan(verify_hours: Option<u32>, restore_days: Option<u32>) -> DataPlan {
         tunnel: None,
         bulk_backups: Vec::new(),
         guest_share: None,
+        guest_access: Vec::new(),
     }
 }
 

@@ -25,12 +25,17 @@
 //! - Each piece is a journaled step of the provisioning operation ([`OpJournal::local`]).
 //! - Certificate rotation ([`BootstrapIssuer::rotate_certificate`]) re-issues every bootstrap with
 //!   the new fingerprint and fresh tokens.
+//! - The bootstrap carries the SSH keys the signed data plan in force trusts for the guest and
+//!   its customer (`guest_access`, decision 0107), never keys from unsigned desired state. The
+//!   SHA-256 of those keys is journaled after the token; a guest holding a token whose keys
+//!   differ from the plan's is issued a new bootstrap (and token), as on a rotation.
 
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
 use bosun_proto::bootstrap::{self, Bootstrap, LocalApi as BootstrapLocalApi, PinnedEndpoint};
+use bosun_proto::break_glass::SshPublicKey;
 use bosun_proto::desired::CustomerIdentity;
 use bosun_proto::helper::{BootstrapDocument, PushBootstrap, Request};
 use bosun_proto::secret::SecretToken;
@@ -192,7 +197,11 @@ impl BootstrapIssuer {
                 },
             )
             .await?;
-        let issue = !has_token || policy == TokenPolicy::Rotate;
+        // The keys the plan in force trusts for the guest, and whether the bootstrap it holds
+        // carries others (decision 0107): then it gets a new one, as on a rotation.
+        let keys = self.guest_keys(op, target).await?;
+        let access_changed = has_token && self.access_changed(op, target, &keys).await?;
+        let issue = !has_token || policy == TokenPolicy::Rotate || access_changed;
         if has_token && issue {
             // Revoked before the push: a crash between the push and storing the new hash
             // then leaves the guest without a token (delivered again by reconcile), never
@@ -211,16 +220,26 @@ impl BootstrapIssuer {
             .await?;
         }
         if issue {
-            self.issue(op, target).await?;
+            if access_changed {
+                tracing::info!(guest_id = %guest_id, vmid, keys = keys.len(), "the signed plan changed the guest's keys; its bootstrap is issued again");
+            }
+            self.issue(op, target, keys).await?;
         } else {
             tracing::info!(guest_id = %guest_id, vmid, "guest already has a local api token; kept");
         }
         Ok(BootstrapIssuerOutcome { issued: issue })
     }
 
-    async fn issue(&self, op: &OpJournal, target: &IssueTarget) -> Result<(), StepError> {
+    async fn issue(
+        &self,
+        op: &OpJournal,
+        target: &IssueTarget,
+        ssh_authorized_keys: Vec<SshPublicKey>,
+    ) -> Result<(), StepError> {
         let guest_id = target.guest_id.to_string();
         let vmid = target.vmid.get();
+        let keys = ssh_authorized_keys.len();
+        let keys_sha256 = bosun_proto::guest_access::keys_sha256(&ssh_authorized_keys);
         let token = mint_token();
         let hash = TokenHash::of(&token);
         let endpoints = self.endpoints();
@@ -235,6 +254,7 @@ impl BootstrapIssuer {
                     fingerprint: endpoints.local_api_fingerprint.clone(),
                     token: SecretToken::new(token.expose_secret()),
                 },
+                ssh_authorized_keys,
             };
             drop(token);
             document
@@ -268,6 +288,7 @@ impl BootstrapIssuer {
             "vmid": vmid,
             "destination": bosun_proto::helper::GUEST_BOOTSTRAP_PATH,
             "local_api_fingerprint": endpoints.local_api_fingerprint,
+            "ssh_keys": keys,
         });
         op.local(StepName::PushBootstrap, detail, async {
             self.helper
@@ -286,10 +307,59 @@ impl BootstrapIssuer {
                 self.journal
                     .store_token_hash(guest_id.clone(), vmid, hash)
                     .await
+                    .map_err(|e| e.to_string())?;
+                // After the token: a crash between the two leaves no record of these keys,
+                // and the next pass delivers them again.
+                self.journal
+                    .record_guest_access(guest_id.clone(), keys_sha256)
+                    .await
                     .map_err(|e| e.to_string())
             },
         )
         .await
+    }
+
+    /// The SSH keys the signed data plan in force trusts for `guest_id` (decision 0107): what
+    /// the bootstrap hands the guest, and nothing from unsigned desired state. No plan, or
+    /// none naming the guest: no key. A plan the journal cannot read fails the step rather
+    /// than push a bootstrap that would take the guest's keys away.
+    async fn guest_keys(
+        &self,
+        op: &OpJournal,
+        target: &IssueTarget,
+    ) -> Result<Vec<SshPublicKey>, StepError> {
+        let failed = |reason: String| step_failed(op, reason);
+        let Some(stored) = self
+            .journal
+            .plan()
+            .await
+            .map_err(|e| failed(format!("reading the data plan for the guest's keys: {e}")))?
+        else {
+            return Ok(Vec::new());
+        };
+        let plan: bosun_proto::data_plan::DataPlan = serde_json::from_slice(&stored.document)
+            .map_err(|e| failed(format!("the stored data plan does not decode: {e}")))?;
+        Ok(plan
+            .guest_keys(target.guest_id, &target.customer.customer_id)
+            .to_vec())
+    }
+
+    /// Whether the bootstrap `target` holds carries other keys than `keys` (no record: none).
+    async fn access_changed(
+        &self,
+        op: &OpJournal,
+        target: &IssueTarget,
+        keys: &[SshPublicKey],
+    ) -> Result<bool, StepError> {
+        let delivered = self
+            .journal
+            .guest_access()
+            .await
+            .map_err(|e| step_failed(op, format!("reading the guest's delivered keys: {e}")))?;
+        Ok(delivered_differs(
+            delivered.get(&target.guest_id.to_string()),
+            keys,
+        ))
     }
 
     /// Re-issues `target`'s bootstrap with a fresh token in its own journaled operation.
@@ -342,6 +412,21 @@ impl BootstrapIssuer {
             }
         }
         Ok((cert, failures))
+    }
+}
+
+/// Whether keys recorded as `delivered` (none: no key) differ from `keys`.
+pub fn delivered_differs(delivered: Option<&[u8; 32]>, keys: &[SshPublicKey]) -> bool {
+    let none = bosun_proto::guest_access::keys_sha256(&[]);
+    *delivered.unwrap_or(&none) != bosun_proto::guest_access::keys_sha256(keys)
+}
+
+/// A failure of the push step that is not the helper's.
+fn step_failed(op: &OpJournal, reason: String) -> StepError {
+    StepError::Other {
+        op_id: op.op_id(),
+        step: "push_bootstrap".to_owned(),
+        reason,
     }
 }
 

@@ -187,6 +187,46 @@ impl<P: Pve + 'static> Applier<P> {
             .collect()
     }
 
+    /// The desired guests holding a token whose bootstrap carries other SSH keys than `plan`
+    /// trusts for them (none: no key), when provisioning has a bootstrap to deliver
+    /// (decision 0107). A journal that cannot be read delays the delivery to a later pass.
+    pub async fn access_stale(
+        &self,
+        guests: &[bosun_proto::desired::GuestSpec],
+        plan: Option<&bosun_proto::data_plan::DataPlan>,
+    ) -> BTreeSet<Uuid> {
+        if !self.provisioner.has_post_start() {
+            return BTreeSet::new();
+        }
+        let read = async {
+            Ok::<_, crate::ops::journal::JournalError>((
+                self.journal.guests_with_tokens().await?,
+                self.journal.guest_access().await?,
+            ))
+        };
+        let (holding, delivered) = match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read which keys guests hold; key delivery waits");
+                return BTreeSet::new();
+            }
+        };
+        guests
+            .iter()
+            .filter(|g| holding.contains(&g.guest_id.to_string()))
+            .filter(|g| {
+                let keys = plan.map_or(&[][..], |p| {
+                    p.guest_keys(g.guest_id, &g.customer.customer_id)
+                });
+                crate::guests::credentials::bootstrap::delivered_differs(
+                    delivered.get(&g.guest_id.to_string()),
+                    keys,
+                )
+            })
+            .map(|g| g.guest_id)
+            .collect()
+    }
+
     /// Whether a guest has queued or running work.
     pub fn is_busy(&self, guest_id: Uuid) -> bool {
         self.queue.is_busy(&GuestKey::guest(guest_id))

@@ -87,6 +87,9 @@ pub struct Facts {
     /// hold no local-API token yet (their bootstrap was never delivered); empty when
     /// provisioning delivers no bootstrap.
     pub tokenless: BTreeSet<Uuid>,
+    /// Guests holding a token whose bootstrap carries other SSH keys than the signed plan in
+    /// force trusts for them (decision 0107): their bootstrap is delivered again.
+    pub access_stale: BTreeSet<Uuid>,
     /// Guests this agent created that Proxmox no longer holds under their identity, with
     /// the vmid the journal recorded: never provisioned again (DESIGN §5).
     pub lost: BTreeMap<Uuid, u32>,
@@ -577,7 +580,9 @@ fn plan_existing(
     }
     match (spec.power, o.power) {
         (Power::Running, ObservedPower::Running)
-            if o.guest_id == Some(guest_id) && facts.tokenless.contains(&guest_id) =>
+            if o.guest_id == Some(guest_id)
+                && (facts.tokenless.contains(&guest_id)
+                    || facts.access_stale.contains(&guest_id)) =>
         {
             out.actions.push(Action::DeliverBootstrap {
                 spec: Box::new(spec.clone()),

@@ -110,3 +110,47 @@ fn no_bootstrap_before_the_guest_runs_once_it_has_a_token_or_for_an_adopted_gues
     let got = plan(&state, &[seen(None, ObservedPower::Running)], &tokenless());
     assert!(got.actions.is_empty(), "{:?}", got.actions);
 }
+
+/// A guest holding a token whose bootstrap carries other keys than the signed plan trusts
+/// for it (decision 0107) gets its bootstrap delivered again, once it runs.
+#[test]
+fn a_guest_whose_keys_changed_in_the_signed_plan_gets_its_bootstrap_again() {
+    let g1 = Uuid::from_u128(1);
+    let facts = Facts {
+        restart_limit: 5,
+        access_stale: [g1].into(),
+        ..Facts::default()
+    };
+    let state = desired("running");
+    let got = plan(&state, &[seen(Some(g1), ObservedPower::Running)], &facts);
+    assert_eq!(
+        got.actions,
+        vec![Action::DeliverBootstrap {
+            spec: Box::new(state.guests[0].clone()),
+            vmid: 101
+        }]
+    );
+    let got = plan(&state, &[seen(Some(g1), ObservedPower::Stopped)], &facts);
+    assert_eq!(
+        got.actions.iter().map(Action::name).collect::<Vec<_>>(),
+        vec!["start"]
+    );
+}
+
+#[test]
+fn keys_count_as_changed_only_when_they_differ_from_the_ones_delivered() {
+    use crate::guests::credentials::bootstrap::delivered_differs;
+    let key = bosun_proto::break_glass::SshPublicKey::new(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMJ9ICvzuRFQSTsuN1n1uZmou1NEzhm7SDmBZQBvv5uX",
+    )
+    .expect("a key");
+    let keys = vec![key];
+    let sha = bosun_proto::guest_access::keys_sha256(&keys);
+    let none = bosun_proto::guest_access::keys_sha256(&[]);
+    // No record: no key was given. A guest from before keys, with none in the plan, stays.
+    assert!(!delivered_differs(None, &[]));
+    assert!(delivered_differs(None, &keys));
+    assert!(!delivered_differs(Some(&sha), &keys));
+    assert!(delivered_differs(Some(&sha), &[]), "a key the plan dropped");
+    assert!(!delivered_differs(Some(&none), &[]));
+}

@@ -427,6 +427,13 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             start_failures: failures.start,
             restart_limit: self.restart_limit,
             tokenless: self.applier.tokenless(&observed.guests).await,
+            access_stale: self
+                .applier
+                .access_stale(
+                    &snapshot.state.guests,
+                    snapshot.plan.as_ref().map(|p| &p.plan),
+                )
+                .await,
             lost: lost_by_guest(observed),
             migrated: migrated_by_guest(observed),
             gone: observed.gone.clone(),

@@ -457,6 +457,9 @@ impl Store {
                     [guest_id],
                 )
                 .map_err(query_err("revoke token"))?;
+            // The keys went with the bootstrap the token was in.
+            tx.execute("DELETE FROM guest_access WHERE guest_id = ?1", [guest_id])
+                .map_err(query_err("revoke token"))?;
             if removed > 0 {
                 let mut event = AuditEvent::new("token.revoked");
                 event.guest_id = Some(guest_id.to_owned());

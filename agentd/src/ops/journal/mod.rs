@@ -65,6 +65,7 @@ mod golden;
 mod golden_archives;
 mod golden_builds;
 mod golden_serials;
+mod guest_access;
 pub mod guest_audit;
 mod guest_changes;
 mod guest_failures;

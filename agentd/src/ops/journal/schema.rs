@@ -496,11 +496,20 @@ CREATE TABLE IF NOT EXISTS applied_generation (
     applied_ms  INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 29: which SSH keys each guest's bootstrap carries (their SHA-256), so a plan
+    // that changes a guest's keys has its bootstrap delivered again (decision 0107).
+    r#"
+CREATE TABLE IF NOT EXISTS guest_access (
+    guest_id     TEXT PRIMARY KEY,
+    keys_sha256  BLOB NOT NULL CHECK (length(keys_sha256) = 32),
+    delivered_ms INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 28;
+pub const SCHEMA_VERSION: i64 = 29;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -15,6 +15,7 @@ mod backups;
 mod bulk_archives;
 mod failures;
 mod golden;
+mod guest_access;
 mod identity;
 mod late_landings;
 mod verifications;
