@@ -223,13 +223,13 @@ impl FakeHelper {
         *self.pct.lock() = Some(pct);
     }
 
-    /// The vmids `restart_controller` was asked for, in order.
+    /// The vmids an in-place `restart_controller` (no image to place) was asked for, in order.
     pub fn controller_restarts(&self) -> Vec<u32> {
         self.calls
             .lock()
             .iter()
             .filter_map(|r| match r {
-                Request::RestartController(args) => Some(args.vmid.get()),
+                Request::RestartController(args) if args.image.is_none() => Some(args.vmid.get()),
                 _ => None,
             })
             .collect()
