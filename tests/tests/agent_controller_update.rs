@@ -316,11 +316,11 @@ async fn a_signed_update_places_and_measures_the_new_controller_and_rolls_back_a
     let to_healthy = asked.elapsed();
     assert_eq!(result["outcome"], "succeeded", "{result}");
     assert_eq!(
-        record(&files, guest),
+        record(files, guest),
         Some((Some(new.clone()), "running".to_owned()))
     );
     assert_eq!(
-        placements(&files),
+        placements(files),
         vec![new.trim_start_matches("sha256:").to_owned()]
     );
     let image = sim
@@ -335,12 +335,12 @@ async fn a_signed_update_places_and_measures_the_new_controller_and_rolls_back_a
         .guest_file(vmid, GUEST_CONTROLLER_DIGEST)
         .map(|f| f.content);
     assert_eq!(placed, Some(format!("{new}\n").into_bytes()));
-    assert_eq!(rollbacks(&sim), 0);
+    assert_eq!(rollbacks(sim), 0);
     eventually(
         Duration::from_secs(30),
         "the measured digest reported",
         || async {
-            let (entry, _) = reported(&hub, host, guest).await;
+            let (entry, _) = reported(hub, host, guest).await;
             entry["controller_digest"] == new.as_str()
                 && entry["controller_expected"] == new.as_str()
         },
@@ -348,7 +348,7 @@ async fn a_signed_update_places_and_measures_the_new_controller_and_rolls_back_a
     .await;
 
     // The controller lies about what it runs: the hub still sees what the helper measured.
-    let (_, before) = reported(&hub, host, guest).await;
+    let (_, before) = reported(hub, host, guest).await;
     let lie = "sha256:6666666666666666666666666666666666666666666666666666666666666666";
     let tls = bosun_pin::client_config(&boot.local_api.fingerprint).unwrap();
     let client = reqwest::Client::builder()
@@ -364,7 +364,7 @@ async fn a_signed_update_places_and_measures_the_new_controller_and_rolls_back_a
             .send()
             .await
             .unwrap();
-        let (entry, seq) = reported(&hub, host, guest).await;
+        let (entry, seq) = reported(hub, host, guest).await;
         if seq > before {
             fresh = Some(entry);
             break;
@@ -389,9 +389,9 @@ async fn a_signed_update_places_and_measures_the_new_controller_and_rolls_back_a
     let detail = result["detail"].as_str().unwrap();
     assert!(detail.starts_with("rolled_back:"), "{detail}");
     assert!(detail.contains("controller image archive"), "{detail}");
-    assert_eq!(rollbacks(&sim), 1);
+    assert_eq!(rollbacks(sim), 1);
     assert_eq!(
-        record(&files, guest),
+        record(files, guest),
         Some((Some(new.clone()), "rolled_back".to_owned()))
     );
     let image = sim
