@@ -23,10 +23,12 @@
 use std::time::Duration;
 
 use bosun_proto::bootstrap::Bootstrap;
+use bosun_proto::helper::GUEST_CONTROLLER_IMAGE as IMAGE;
+use bosun_proto::helper::GUEST_DOCKER as DOCKER;
+use bosun_proto::helper::MAX_CONTROLLER_IMAGE_BYTES as MAX_IMAGE;
 use bosun_proto::helper::recipe::GOLDEN_IMAGE_TAG;
 use bosun_proto::helper::{CONTROLLER_UNIT, GUEST_BOOTSTRAP_PATH, Output, PushBootstrap};
-use bosun_proto::helper::{GUEST_CONTROLLER_DIGEST, GUEST_CONTROLLER_IMAGE, GUEST_DOCKER};
-use bosun_proto::helper::{MAX_CONTROLLER_IMAGE_BYTES, Sha256Hex, loaded_image};
+use bosun_proto::helper::{GUEST_CONTROLLER_DIGEST, Sha256Hex, loaded_image};
 use bosun_proto::helper::{RESET_GUEST_IDENTITY_COMMANDS, ResetGuestIdentity};
 use bosun_proto::helper::{RESTART_CONTROLLER_ARGV, RestartController};
 use bosun_proto::helper::{RESTORE_CHECK_MAX_BYTES, RESTORE_CHECK_PATH, RESTORE_CHECK_PROBE};
@@ -38,6 +40,7 @@ use crate::error::HelperError;
 use crate::exec;
 
 use super::archive::hex;
+use super::golden::signed_image;
 use super::guests::{self, Scratch};
 use super::stage;
 
@@ -74,15 +77,16 @@ pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, H
 /// when one is named (see the module docs), and measures the image archive the guest holds.
 pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Output, HelperError> {
     guests::admit(config, a.vmid, Scratch::Refuse)?;
-    let vmid = a.vmid.to_string();
-    if let Some(sha256) = &a.image {
+    let (vmid, pct, max) = (a.vmid.to_string(), &config.programs.pct, MAX_IMAGE);
+    let signed = a.image.as_ref().map(|s| format!("sha256:{s}"));
+    if let (Some(sha256), Some(d)) = (&a.image, &signed) {
         place_image(config, &vmid, sha256)?;
-        let digest = format!("sha256:{sha256}\n");
+        let d = format!("{d}\n");
         stage::push_file(
             config,
             a.vmid,
             "digest",
-            digest.as_bytes(),
+            d.as_bytes(),
             GUEST_CONTROLLER_DIGEST,
         )?;
     }
@@ -90,80 +94,43 @@ pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Outp
         .into_iter()
         .chain(RESTART_CONTROLLER_ARGV)
         .collect();
-    exec::run(&config.programs.pct, &argv, config.limits.restart, &[0])?;
-    let pulled = guests::pull(
-        config,
-        &vmid,
-        GUEST_CONTROLLER_IMAGE,
-        MAX_CONTROLLER_IMAGE_BYTES,
-    )?;
-    if pulled
-        .as_ref()
-        .is_some_and(|b| b.len() > MAX_CONTROLLER_IMAGE_BYTES)
-    {
-        let what = format!("{GUEST_CONTROLLER_IMAGE} is over {MAX_CONTROLLER_IMAGE_BYTES} bytes");
-        return Err(HelperError::ProgramOutput(
-            config.programs.pct.clone(),
-            what,
-        ));
-    }
-    let measured = pulled.map(|b| format!("sha256:{}", hex(&Sha256::digest(&b))));
-    let signed = a.image.as_ref().map(|s| format!("sha256:{s}"));
-    if let Some(signed) = signed.filter(|s| measured.as_ref() != Some(s)) {
-        let found = measured.as_deref().unwrap_or("no image");
-        let what = format!("the guest holds {found} after placing the signed {signed}");
-        return Err(HelperError::ProgramOutput(
-            config.programs.pct.clone(),
-            what,
-        ));
-    }
-    let unit = CONTROLLER_UNIT.to_owned();
-    Ok(Output::ControllerRestarted {
-        vmid: a.vmid,
-        unit,
-        measured,
-    })
+    exec::run(pct, &argv, config.limits.restart, &[0])?;
+    let pulled = guests::pull(config, &vmid, IMAGE, max)?;
+    let hash = |b: &Vec<u8>| format!("sha256:{}", hex(&Sha256::digest(b)));
+    let measured = pulled.as_ref().map(hash);
+    let over = pulled.is_some_and(|b| b.len() > max);
+    let found = measured.as_deref().unwrap_or("no image");
+    let what = match signed {
+        _ if over => format!("{IMAGE} is over {max} bytes"),
+        Some(s) if measured.as_ref() != Some(&s) => format!("the guest holds {found}, not {s}"),
+        _ => {
+            let unit = CONTROLLER_UNIT.to_owned();
+            let vmid = a.vmid;
+            return Ok(Output::ControllerRestarted {
+                vmid,
+                unit,
+                measured,
+            });
+        }
+    };
+    Err(HelperError::ProgramOutput(pct.clone(), what))
 }
 
 /// Pushes the helper's controller image archive, once it hashes to `sha256`, into guest `vmid`
 /// and has the guest's Docker load it and tag it as the image its unit runs.
 fn place_image(config: &Config, vmid: &str, sha256: &Sha256Hex) -> Result<(), HelperError> {
-    let source = super::golden::signed_image(config, sha256)?
-        .display()
-        .to_string();
-    let (pct, time) = (&config.programs.pct, config.limits.packages);
-    let push = [
-        "push",
-        vmid,
-        source.as_str(),
-        GUEST_CONTROLLER_IMAGE,
-        "--perms",
-        "0600",
-    ];
+    let source = signed_image(config, sha256)?.to_string_lossy();
+    let (pct, time, source) = (&config.programs.pct, config.limits.packages, &*source);
+    let push = ["push", vmid, source, IMAGE, "--perms", "0600"];
     exec::run(pct, &push, time, &[0])?;
-    let load = [
-        "exec",
-        vmid,
-        "--",
-        GUEST_DOCKER,
-        "load",
-        "--input",
-        GUEST_CONTROLLER_IMAGE,
-    ];
+    let load = ["exec", vmid, "--", DOCKER, "load", "--input", IMAGE];
     let loaded = exec::run(pct, &load, time, &[0])?.stdout.text();
     let image = loaded_image(&loaded).ok_or_else(|| {
         let what = "docker load named no image it loaded".to_owned();
         HelperError::ProgramOutput(pct.clone(), what)
     })?;
-    let tag = [
-        "exec",
-        vmid,
-        "--",
-        GUEST_DOCKER,
-        "tag",
-        image.as_str(),
-        GOLDEN_IMAGE_TAG,
-    ];
+    let (image, golden) = (image.as_str(), GOLDEN_IMAGE_TAG);
+    let tag = ["exec", vmid, "--", DOCKER, "tag", image, golden];
     exec::run(pct, &tag, config.limits.quick, &[0]).map(drop)
 }
 
