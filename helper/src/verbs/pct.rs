@@ -11,7 +11,7 @@
 //!   archive the guest holds measured: pulled (bounded) and hashed here, never run. With a
 //!   signed digest (a rollout, decision 0102) the image is placed first: the configured
 //!   `controller_image_archive` hashed and refused unless it is the signed digest, `pct push`ed
-//!   to [`GUEST_CONTROLLER_IMAGE`], `docker load`ed and tagged `bosun/controller:golden` (the
+//!   to [`IMAGE`], `docker load`ed and tagged `bosun/controller:golden` (the
 //!   image the unit runs), the digest written to [`GUEST_CONTROLLER_DIGEST`]; a guest then
 //!   measured to hold anything else is an error.
 //! - `reset_guest_identity`: each of [`RESET_GUEST_IDENTITY_COMMANDS`] in turn.
