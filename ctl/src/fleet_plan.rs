@@ -62,7 +62,8 @@ pub enum SkipReason {
         /// What it runs.
         running: String,
     },
-    /// A controller rollout, and the host reports no running guest with a Bosun identity.
+    /// A controller rollout, and the host reports no running guest with a Bosun identity and
+    /// a controller (one that reports a digest, or whose digest the agent records).
     NoGuests,
     /// A job of the same kind is queued or running there.
     Pending {
@@ -90,7 +91,9 @@ impl std::fmt::Display for SkipReason {
                 "no helper (capability `helper` missing): an agent update cannot be staged",
             ),
             Self::AlreadyAtTarget { running } => write!(f, "already at target ({running})"),
-            Self::NoGuests => f.write_str("no running guest with a Bosun identity"),
+            Self::NoGuests => {
+                f.write_str("no running guest with a Bosun identity and a controller")
+            }
             Self::Pending { job_id } => {
                 write!(f, "pending: job {job_id} of this kind is not finished")
             }
@@ -219,8 +222,10 @@ fn host_jobs(kind: FleetKind, want: &str, seen: &Seen) -> Result<Vec<JobTarget>,
     }
 }
 
-/// A controller rollout's jobs on one host: each running guest with a Bosun identity whose
-/// controller does not report `want` already.
+/// A controller rollout's jobs on one host: each running guest with a Bosun identity and a
+/// controller (it reports a digest, or the agent records the one it should run) whose
+/// controller does not report `want` already. A guest running no controller gets no job: there
+/// is nothing in it to update, and nothing would report the new one healthy.
 fn controller_jobs(
     host: Uuid,
     want: &str,
@@ -231,6 +236,7 @@ fn controller_jobs(
         .iter()
         .flat_map(|r| r.guests.iter())
         .filter(|g| g.guest_id.is_some() && g.status == GuestStatus::Running)
+        .filter(|g| g.controller_digest.is_some() || g.controller_expected.is_some())
         .collect();
     if guests.is_empty() {
         return Err(SkipReason::NoGuests);

@@ -108,13 +108,19 @@ fn an_agent_update_skips_hosts_that_cannot_or_need_not_take_it_and_says_why() {
 }
 
 #[test]
-fn a_controller_rollout_sends_a_job_for_each_running_guest_not_yet_at_the_digest() {
+fn a_controller_rollout_sends_a_job_for_each_running_guest_with_a_controller_not_yet_at_the_digest()
+{
     let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let (d, e) = (Uuid::new_v4(), Uuid::new_v4());
     let guests = json!([
         { "guest_id": a, "vmid": 101, "hostname": "web", "status": "running", "controller_digest": digest(1) },
         { "guest_id": b, "vmid": 102, "hostname": "db", "status": "running", "controller_digest": digest(2) },
         { "guest_id": c, "vmid": 103, "hostname": "off", "status": "stopped" },
         { "vmid": 104, "hostname": "stranger", "status": "running" },
+        // A golden guest whose controller has not reported yet: the agent records its digest.
+        { "guest_id": d, "vmid": 105, "hostname": "golden", "status": "running", "controller_expected": digest(1) },
+        // A guest running no controller at all.
+        { "guest_id": e, "vmid": 106, "hostname": "bare", "status": "running" },
     ]);
     let report = |guests: Value| {
         json!({ "last_report": {
@@ -133,13 +139,21 @@ fn a_controller_rollout_sends_a_job_for_each_running_guest_not_yet_at_the_digest
     ];
     let plan = plan(FleetKind::ControllerUpdate, &digest(2), &hosts);
     assert_eq!(plan.targets.len(), 1);
+    let host_id = hosts[0].detail.summary.host_id;
     assert_eq!(
         plan.targets[0].jobs,
-        vec![JobTarget {
-            host_id: hosts[0].detail.summary.host_id,
-            guest_id: Some(a),
-            vmid: Some(101),
-        }]
+        vec![
+            JobTarget {
+                host_id,
+                guest_id: Some(a),
+                vmid: Some(101),
+            },
+            JobTarget {
+                host_id,
+                guest_id: Some(d),
+                vmid: Some(105),
+            },
+        ]
     );
     assert_eq!(
         reasons(&plan),

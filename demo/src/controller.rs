@@ -21,6 +21,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bosun_proto::admin::AuditRecord;
+use bosun_proto::helper::{GUEST_BOOTSTRAP_PATH, GUEST_CONTROLLER_DIGEST};
 use bosun_proto::report::GuestReport;
 use serde_json::json;
 use sha2::Digest as _;
@@ -52,6 +53,8 @@ pub struct ControllerOutcome {
     pub signed: String,
     /// Guest delta's vmid.
     pub vmid: u32,
+    /// Guest delta.
+    pub guest: Uuid,
     /// What the hub showed of delta before the crash: `(controller_digest, controller_expected)`.
     pub reported: (Option<String>, Option<String>),
     /// Milliseconds from the crash to the agent's in-place restart.
@@ -63,7 +66,7 @@ pub struct ControllerOutcome {
 }
 
 /// Delta's entry in the host's last report.
-fn delta_report(fleet: &FleetStatus, guest: Uuid) -> Option<&GuestReport> {
+pub(super) fn delta_report(fleet: &FleetStatus, guest: Uuid) -> Option<&GuestReport> {
     report(fleet)?
         .guests
         .iter()
@@ -108,6 +111,31 @@ fn start_controller(
         &args,
         &out.join("logs/controller-delta.log"),
         None,
+    )
+}
+
+/// Delta's systemd restarting its controller unit after the helper placed a new image: the
+/// controller stops, the container's view of `/etc/bosun-bootstrap` (beside the demo's copy of
+/// delta's bootstrap) gets the digest the helper wrote there, `placed`, and it starts again.
+pub(super) async fn restart_on(
+    children: &mut Children,
+    (bins, out): (&Path, &Path),
+    vmid: u32,
+    placed: &[u8],
+) -> Result<(), DemoError> {
+    children.kill(CHILD).await?;
+    let guest = out.join(format!("guests/{vmid}"));
+    let boot = guest.join(GUEST_BOOTSTRAP_PATH.trim_start_matches('/'));
+    let file = guest.join(GUEST_CONTROLLER_DIGEST.trim_start_matches('/'));
+    std::fs::write(&file, placed).map_err(|source| DemoError::Artifact {
+        path: file.clone(),
+        source,
+    })?;
+    start_controller(
+        children,
+        (bins, out),
+        &boot,
+        &guest.join("controller.digest"),
     )
 }
 
@@ -290,7 +318,7 @@ async fn build_then_provision(
 }
 
 /// How often the simulated guest restarted the controller's unit.
-async fn restarts(sim: &SimEndpoint, vmid: u32) -> Result<u64, DemoError> {
+pub(super) async fn restarts(sim: &SimEndpoint, vmid: u32) -> Result<u64, DemoError> {
     let Some(file) = sim::sim_guest_file(sim, vmid, RESTARTS).await? else {
         return Ok(0);
     };
@@ -333,6 +361,7 @@ pub(super) async fn managed_controller(
     let mut outcome = ControllerOutcome {
         signed: signed.clone(),
         vmid,
+        guest: delta,
         reported: (
             entry.controller_digest.clone(),
             entry.controller_expected.clone(),

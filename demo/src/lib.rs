@@ -20,6 +20,7 @@ mod break_glass;
 mod children;
 mod consent;
 mod controller;
+mod controller_update;
 mod customer_app;
 pub mod escrow;
 pub mod fleet_page;

@@ -76,6 +76,9 @@ pub struct Outcome {
     /// The controller in every guest is managed: guest delta provisioned from the host's own
     /// golden build under a signed recipe, its controller crashed and healed in place.
     pub controller: Option<super::controller::ControllerOutcome>,
+    /// A new controller rolled out by label to golden guest delta, placed and measured by the
+    /// helper.
+    pub controller_update: Option<super::controller_update::ControllerUpdateOutcome>,
     /// The customer's app: alpha's customer key signed into the plan, delivered in alpha's
     /// bootstrap and written where the golden image's sshd reads it.
     pub customer_app: Option<super::customer_app::CustomerAppOutcome>,
@@ -499,6 +502,9 @@ pub async fn run(
     n.step("labels and capabilities: the operator labels the host (host_labeled) and finds it by label and by what it reported of itself (hosts list --label --capability); a filter it does not match lists nothing; hosts show prints its machine, helper, storage kinds and NICs", async |n| super::labels::labels_and_capabilities(n, (bins, out), host_id).await).await?;
     outcome.verified = Some(n.step("PBS verification between restore tests: the operator's signed plan asks for a verify every hour; the backup server verifies alpha's group (a result per guest and tier in bosunctl status); chunks of the group rot on the server and the next verify fails (verify_failed)", async |n| super::verify::verify_between_restore_tests(n, children, &client, (bins, out), &sim, (host_id, alpha, alpha_vmid)).await).await?);
     outcome.controller = Some(n.step("the controller in every guest is managed: the operator signs a golden recipe; the host builds it through its helper, boots it in a scratch guest and provisions guest delta from it, whose controller record is the recipe's signed digest; delta's controller crashes and the agent restarts it in place (never a destroy or rollback)", async |n| super::controller::managed_controller(n, children, &client, (bins, out), &sim, host_id).await).await?);
+    if let Some(managed) = outcome.controller.clone() {
+        outcome.controller_update = Some(n.step("a new controller rolled out by label: the operator puts the new image archive on the node and runs bosunctl fleet rollout --kind controller-update --label ring=canary; the agent snapshots golden guest delta, the helper places the signed image (hashed, pushed, loaded, tagged, measured back) and restarts the controller on it, which reports healthy; the hub shows the digest the helper measured", async |n| super::controller_update::controller_update(n, children, &client, (bins, out), (&sim, &helper), (host_id, &managed)).await).await?);
+    }
     outcome.tunnel = Some(n.step("the tunnel, managed: the operator's signed plan routes alpha.demo.example to guest alpha; the agent writes the ingress (one rule per hostname to the guest's address on the bridge, the catch-all last) and the credentials sealed to the host, restarting the tunnel's replicas one at a time; a replica whose readiness fails 3 times is restarted; a hub that re-points the hostname unsigned is refused (data_plan.refused)", async |n| super::tunnel::managed_tunnel(n, children, &client, (bins, out), &sim, (&helper, &agent, &unit, run_as), (host_id, alpha)).await).await?);
     outcome.customer_app = Some(n.step("the customer's app (operator guide §14): the operator signs alpha's customer key into the plan (guest_access); the agent delivers alpha a new bootstrap carrying it; alpha's controller, started as the controller image starts it, writes it where the golden image's sshd reads it (keys only, no password) and reads the customer's own apps file, the Compose containers they deployed over SSH", async |n| super::customer_app::customer_app(n, &client, (bins, out), &sim, (host_id, alpha, alpha_vmid)).await).await?);
     Ok(unit)

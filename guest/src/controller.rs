@@ -15,10 +15,13 @@
 //!
 //! A controller with no switch command (`activate` empty: the controller image
 //! `scripts/controller-image` builds, which cannot replace its own container) runs the image
-//! it was baked into. At its first start it adopts the digest its record names unless a
-//! rollout is under way: that record is the golden recipe's signed digest, and the helper baked
-//! the image only from an archive hashing to it (decision 0088). A rollout to another digest
-//! it reports unhealthy at once, so the agent rolls the guest back rather than wait.
+//! it was placed on. The host's helper places a rollout's signed image and writes its digest
+//! beside the bootstrap ([`PLACED_FILE_NAME`], decision 0102), then restarts the controller's
+//! unit: that digest, when there is one, is the one it runs. At its first start without one it
+//! adopts the digest its record names unless a rollout is under way: that record is the golden
+//! recipe's signed digest, and the helper baked the image only from an archive hashing to it
+//! (decision 0088). While a rollout to another digest is under way it keeps reporting the one
+//! it runs, until the helper has placed the new image and restarted it.
 //!
 //! [`ControllerLoop::run`] never gives up: a failed pass (the local API unreachable, an
 //! answer it cannot use) is logged and retried after a doubling delay, from one second up to
@@ -31,8 +34,9 @@ use crate::backoff::Backoff;
 use crate::client::{ClientError, LocalApiClient};
 use crate::hooks::{self, HookError};
 
-/// What a controller without a switch command says of a rollout's digest.
-const NO_SWITCH: &str = "this controller has no switch command (a controller image); it keeps running the digest it was baked as";
+/// The file beside the bootstrap in which the host's helper writes the digest of the image it
+/// placed (`bosun_proto::helper::GUEST_CONTROLLER_DIGEST`).
+pub const PLACED_FILE_NAME: &str = "controller.digest";
 
 /// How the loop runs.
 #[derive(Debug, Clone)]
@@ -44,6 +48,9 @@ pub struct ControllerConfig {
     pub health: Option<Vec<String>>,
     /// Where the digest running is kept.
     pub state_file: PathBuf,
+    /// Where the host's helper writes the digest of the image it placed; when it holds one,
+    /// that is the digest running (a controller without a switch command).
+    pub placed_file: Option<PathBuf>,
     /// The longest either command may take.
     pub command_timeout: Duration,
 }
@@ -105,12 +112,19 @@ impl ControllerLoop {
         Self { client, config }
     }
 
-    /// The digest running, from the state file.
+    /// The digest running: the one the helper placed, else the state file's.
     pub fn running(&self) -> Option<String> {
-        std::fs::read_to_string(&self.config.state_file)
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| bosun_proto::controller::is_image_digest(s))
+        let read = |path: &PathBuf| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| bosun_proto::controller::is_image_digest(s))
+        };
+        self.config
+            .placed_file
+            .as_ref()
+            .and_then(read)
+            .or_else(|| read(&self.config.state_file))
     }
 
     fn record(&self, digest: &str) -> Result<(), ControllerError> {
@@ -186,11 +200,7 @@ impl ControllerLoop {
                 return Ok(PassOutcome::Adopted(digest));
             }
             if rolling_out {
-                tracing::warn!(digest = %digest, "a rollout asks for another image, and this controller cannot switch");
-                self.client
-                    .report_controller_health(&digest, false, Some(NO_SWITCH))
-                    .await?;
-                return Ok(PassOutcome::ActivationFailed(digest));
+                tracing::debug!(digest = %digest, "a rollout asks for another image; the host's helper places it");
             }
         }
         let Some(digest) = running else {

@@ -1,7 +1,7 @@
 //! `bosun-guest`: the crash-safe quiesce loop and the controller's side of rollouts against
 //! the agent's local API; `run` is both in one process (the controller image's entry point).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -85,8 +85,9 @@ enum Command {
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_INTERVAL_S))]
         interval_s: u64,
         /// The switch command as a JSON argv (the digest appended); none: this controller
-        /// cannot switch, adopts the digest its record names at its first start and reports
-        /// a rollout to another one unhealthy.
+        /// cannot switch itself: it runs the digest the host's helper placed beside the
+        /// bootstrap (`controller.digest`), else adopts the one its record names at its first
+        /// start.
         #[arg(long)]
         activate: Option<String>,
         #[command(flatten)]
@@ -135,8 +136,9 @@ struct RolloutArgs {
 }
 
 impl RolloutArgs {
-    /// The loop's configuration, with `activate` (a JSON argv) when given.
-    fn config(&self, activate: Option<&str>) -> anyhow::Result<ControllerConfig> {
+    /// The loop's configuration, with `activate` (a JSON argv) when given; without one the
+    /// digest the host's helper placed is read beside `bootstrap`.
+    fn config(&self, activate: Option<&str>, bootstrap: &Path) -> anyhow::Result<ControllerConfig> {
         let argv = |text: &str, what: &str| -> anyhow::Result<Vec<String>> {
             let argv: Vec<String> = serde_json::from_str(text)
                 .with_context(|| format!("--{what} must be a JSON array of strings"))?;
@@ -154,6 +156,9 @@ impl RolloutArgs {
                 .map(|h| argv(h, "health"))
                 .transpose()?,
             state_file: self.state.clone(),
+            placed_file: activate
+                .is_none()
+                .then(|| bootstrap.with_file_name(bosun_guest::controller::PLACED_FILE_NAME)),
             command_timeout: Duration::from_secs(self.command_timeout_s),
         })
     }
@@ -323,7 +328,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             rollouts,
             once,
         } => {
-            let controller = ControllerLoop::new(client, rollouts.config(Some(&activate))?);
+            let controller =
+                ControllerLoop::new(client, rollouts.config(Some(&activate), &args.bootstrap)?);
             if once {
                 let (outcome, _) = controller.run_once().await?;
                 println!("{outcome:?}");
@@ -345,7 +351,10 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     Duration::from_secs(protection_interval_s),
                     protection_file,
                 ),
-                controller: ControllerLoop::new(client, rollouts.config(activate.as_deref())?),
+                controller: ControllerLoop::new(
+                    client,
+                    rollouts.config(activate.as_deref(), &args.bootstrap)?,
+                ),
                 quiescer,
                 watch_interval: Duration::from_secs(interval_s),
             };

@@ -67,8 +67,8 @@ fn the_recipe_s_entry_point_is_run_with_its_state_in_the_controller_volume() {
 
 /// The image's command line against a real local API: one process reports the signed digest
 /// healthy and stops and restarts the apps around a due backup; after a SIGTERM (exit 0) the
-/// digest file is still there, and the next start reports a rollout it cannot switch to
-/// unhealthy, keeping the digest it runs.
+/// digest file is still there; through a rollout it keeps reporting the digest it runs until
+/// the host's helper places the new image's digest beside the bootstrap, then reports that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_process_reports_the_signed_digest_and_quiesces_the_apps() {
     let h = Harness::start_with(Options {
@@ -148,8 +148,8 @@ async fn one_process_reports_the_signed_digest_and_quiesces_the_apps() {
             .exists()
     );
 
-    // A rollout to another digest: this image cannot switch, so it says so at once and keeps
-    // the digest it runs.
+    // A rollout to another digest: this image cannot switch itself, so it keeps reporting the
+    // digest it runs, healthy, until the host's helper has placed the new image.
     let other = digest('b');
     h.controllers.announce(
         &guest.guest_id,
@@ -161,19 +161,38 @@ async fn one_process_reports_the_signed_digest_and_quiesces_the_apps() {
         },
     );
     let mut child = command.spawn(&root, &[]);
-    wait_until(
-        "an unhealthy report of the rollout's digest",
-        &mut child,
-        || {
-            h.controllers
-                .last_report(&guest.guest_id)
-                .is_some_and(|r| r.digest == other && !r.healthy)
-        },
-    )
+    let since = h.controllers.seq();
+    wait_until("a report of the digest it runs", &mut child, || {
+        h.controllers
+            .last_report(&guest.guest_id)
+            .is_some_and(|r| r.seq > since)
+    })
     .await;
     let (status, stderr) = terminate(child).await;
     assert!(status.success(), "{status}: {stderr}");
+    let last = h.controllers.last_report(&guest.guest_id).unwrap();
+    assert_eq!(
+        (last.digest.as_str(), last.healthy),
+        (signed.as_str(), true)
+    );
     assert_eq!(std::fs::read_to_string(&state).unwrap().trim(), signed);
+
+    // The helper placed the new image and wrote its digest beside the bootstrap, then restarted
+    // the unit: the controller runs by that digest and reports it healthy.
+    let placed = command
+        .env("BOSUN_BOOTSTRAP")
+        .with_file_name("controller.digest");
+    std::fs::write(&placed, format!("{other}\n")).unwrap();
+    let mut child = command.spawn(&root, &[]);
+    let since = h.controllers.seq();
+    wait_until("a healthy report of the placed digest", &mut child, || {
+        h.controllers
+            .last_report(&guest.guest_id)
+            .is_some_and(|r| r.seq > since && r.digest == other && r.healthy)
+    })
+    .await;
+    let (status, stderr) = terminate(child).await;
+    assert!(status.success(), "{status}: {stderr}");
     assert_eq!(log().len(), 4, "nothing was due: no app stopped again");
 
     // A SIGTERM while the health check runs ends the process at once, not after the check.

@@ -18,7 +18,9 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         // `pct push` reads the CT's config under its flock, enters the CT's mount and
         // user namespaces (setns, ptrace-mode access to its init's /proc entries) and
         // creates, chmods and chowns the file there as the container's root.
-        VerbName::PushBootstrap => &[
+        // `restart_controller` pushes a rollout's controller image and its digest, and runs
+        // `pct exec` as the verbs below do.
+        VerbName::PushBootstrap | VerbName::RestartController => &[
             CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_SETGID,
             CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE,
         ],
@@ -37,8 +39,7 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         // access to its init's /proc entries) to run a fixed command as the container's root;
         // `pct config` reads the config. `bulk_archive` also writes beneath a root-owned
         // backup root as its owner.
-        VerbName::RestartController | VerbName::ResetGuestIdentity | VerbName::RestoreCheck
-        | VerbName::BulkArchive => &[
+        VerbName::ResetGuestIdentity | VerbName::RestoreCheck | VerbName::BulkArchive => &[
             CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN,
             CAP_SYS_CHROOT, CAP_SYS_PTRACE],
         // Writes or removes one file in a root-owned directory as its owner: no capability.

@@ -116,9 +116,12 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
         sim.archive_file(volid, "/etc/machine-id").unwrap().content,
         b""
     );
-    assert!(
-        sim.archive_file(volid, "/var/lib/bosun-golden/controller-image.tar")
-            .is_none()
+    // The signed archive stays beside the stamp, where restarts measure it (decision 0102).
+    assert_eq!(
+        sim.archive_file(volid, "/etc/bosun-bootstrap/controller-image.tar")
+            .unwrap()
+            .content,
+        IMAGE_ARCHIVE_BYTES
     );
     let images = sim
         .archive_file(volid, "/var/lib/docker/bosun-sim-images")

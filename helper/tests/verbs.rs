@@ -452,7 +452,12 @@ fn restart_controller_runs_one_fixed_pct_exec_and_refuses_anything_else() {
     install.stamp_guest(101, Some(DOC_GUEST));
     let call = install.run_as_sudo(&["restart_controller"], uid, &restart_request(101.into()));
     match ok_output(&call) {
-        Output::ControllerRestarted { vmid, unit } => {
+        Output::ControllerRestarted {
+            vmid,
+            unit,
+            measured,
+        } => {
+            assert_eq!(measured, None, "the guest holds no image archive");
             assert_eq!(vmid.get(), 101);
             assert_eq!(unit, "bosun-bootstrap.service");
         }

@@ -177,12 +177,41 @@ pub const GUEST_SYSTEMCTL: &str = "/usr/bin/systemctl";
 /// What `restart_controller` runs after `pct exec <vmid>`: every argument fixed.
 pub const RESTART_CONTROLLER_ARGV: [&str; 4] = ["--", GUEST_SYSTEMCTL, "restart", CONTROLLER_UNIT];
 
+/// Where `restart_controller` places a signed controller image inside the guest and where it
+/// measures the image the guest holds: beside the stamp, a directory no mount point may cover
+/// (the guest's own root filesystem) and that the controller's container sees read-only.
+pub const GUEST_CONTROLLER_IMAGE: &str = "/etc/bosun-bootstrap/controller-image.tar";
+/// Where `restart_controller` writes the digest of the image it placed (`sha256:<hex>`): a
+/// controller that cannot switch itself runs by it (decision 0102).
+pub const GUEST_CONTROLLER_DIGEST: &str = "/etc/bosun-bootstrap/controller.digest";
+/// The largest controller image archive the helper places or measures, in bytes.
+pub const MAX_CONTROLLER_IMAGE_BYTES: usize = 256 * 1024 * 1024;
+/// Where `docker` lives inside the guest.
+pub const GUEST_DOCKER: &str = "/usr/bin/docker";
+
 /// Arguments of `restart_controller`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RestartController {
     /// The guest; it must be running (`pct exec` refuses a stopped container).
     pub vmid: Vmid,
+    /// The signed controller digest to place first (a `controller-update` rollout): the
+    /// helper's own controller image archive must hash to it, is pushed to
+    /// [`GUEST_CONTROLLER_IMAGE`], loaded and tagged `bosun/controller:golden`, and the digest
+    /// written to [`GUEST_CONTROLLER_DIGEST`]. None: a restart in place on the image it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<Sha256Hex>,
+}
+
+/// The image `docker load` says it loaded (`Loaded image: <ref>` or `Loaded image ID:
+/// <id>`, the last such line), when it is a well-formed reference.
+pub fn loaded_image(stdout: &str) -> Option<ImageRef> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("Loaded image"))?;
+    let (_, name) = line.split_once(": ")?;
+    ImageRef::new(name.trim().to_owned()).ok()
 }
 
 /// What `reset_guest_identity` runs inside the guest, each command after `pct exec <vmid> --`,
@@ -539,6 +568,11 @@ pub enum Output {
         vmid: Vmid,
         /// The unit restarted inside it.
         unit: String,
+        /// `sha256:<hex>` of the controller image archive the guest holds
+        /// ([`GUEST_CONTROLLER_IMAGE`]), read by the helper after the restart; absent when the
+        /// guest holds none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        measured: Option<String>,
     },
     /// `reset_guest_identity`
     GuestIdentityReset {

@@ -66,6 +66,7 @@ impl Controller {
             activate: vec!["sh".into(), "-c".into(), script.into(), "activate".into()],
             health: None,
             state_file: state.clone(),
+            placed_file: None,
             // Longer than the health window: a hung activation is silence, not a verdict.
             command_timeout: Duration::from_secs(60),
         };
@@ -464,6 +465,8 @@ const COMMIT_POINTS: &[&str] = &[
     "controller_update_job.snapshot.done",
     "controller_update_job.announce.intent",
     "controller_update_job.announce.done",
+    "controller_update_job.place.intent",
+    "controller_update_job.place.done",
     "controller_update_job.await_health.intent",
     "controller_update_job.await_health.done",
     "controller_update_job.commit.intent",

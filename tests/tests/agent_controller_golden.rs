@@ -89,6 +89,7 @@ impl Controller {
             activate: vec!["true".into()],
             health: None,
             state_file: dir.join("controller.digest"),
+            placed_file: None,
             command_timeout: Duration::from_secs(10),
         };
         let stop = CancellationToken::new();

@@ -58,7 +58,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         run_demo(Scenario::Full, Duration::from_secs(240));
     let out = dir.path().join("demo-out");
     // Without the root helper no golden archive can be hashed: the demo says so at once.
-    // 29 steps (about 125 s on two idle cores, more while the machine builds) and the 8 s
+    // 31 steps (about 140 s on two idle cores, more while the machine builds) and the 8 s
     // the kept hub is watched.
     if !passed_as_root(&result, (took, Duration::from_secs(200)), &transcript) {
         return;
@@ -500,6 +500,34 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{step28}"
     );
 
+    // A new controller rolled out by label to golden guest delta: the helper placed the signed
+    // image and restarted the controller on it, the rollout committed, and the hub shows the
+    // digest the helper measured in the guest.
+    let updated = outcome
+        .controller_update
+        .clone()
+        .expect("the controller update step ran");
+    assert!(
+        updated.digest.starts_with("sha256:") && updated.digest != managed.signed,
+        "{updated:?}"
+    );
+    assert_eq!(updated.reported.as_deref(), Some(updated.digest.as_str()));
+    assert_eq!(updated.rollout["stopped"], false, "{updated:?}");
+    assert_eq!(
+        updated.rollout["hosts"][0]["outcome"], "done",
+        "{updated:?}"
+    );
+    assert!(
+        updated.to_healthy_ms >= updated.to_restart_ms,
+        "{updated:?}"
+    );
+    let step29 = step_text(&transcript, 29);
+    assert!(
+        step29.contains("helper restart_controller with the signed digest")
+            && step29.contains("the rollout committed"),
+        "{step29}"
+    );
+
     // The tunnel, managed: the signed route written as one ingress rule to alpha's address on
     // the bridge with the catch-all last, the sealed credentials beside it (both 0640), read
     // by both replicas of the stand-in, restarted one at a time; the report, `status` and
@@ -555,15 +583,15 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{tunnel:?}"
     );
     assert!(tunnel.forged_changed_nothing && !tunnel.secret_in_status);
-    let step29 = step_text(&transcript, 29);
+    let step30 = step_text(&transcript, 30);
     assert!(
-        step29.contains("tunnel failure to restart ")
-            && step29.contains("service: http_status:404")
-            && step29.contains("$ bosunctl hosts show"),
-        "{step29}"
+        step30.contains("tunnel failure to restart ")
+            && step30.contains("service: http_status:404")
+            && step30.contains("$ bosunctl hosts show"),
+        "{step30}"
     );
 
-    // Step 30: the customer's key, signed into the plan, reaches alpha's bootstrap alone and
+    // Step 31: the customer's key, signed into the plan, reaches alpha's bootstrap alone and
     // the controller writes it where the golden image's sshd reads it.
     let app = outcome
         .customer_app
@@ -575,15 +603,15 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         (app.written.clone(), app.mode),
         (format!("{}\n", app.key), 0o600)
     );
-    let step30 = step_text(&transcript, 30);
+    let step31 = step_text(&transcript, 31);
     assert!(
-        step30.contains("\"guest_access\": guest alpha")
-            && step30.contains("/etc/bosun/authorized_keys/root (0600)"),
-        "{step30}"
+        step31.contains("\"guest_access\": guest alpha")
+            && step31.contains("/etc/bosun/authorized_keys/root (0600)"),
+        "{step31}"
     );
 
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 30;
+    let steps = 31;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(

@@ -39,6 +39,11 @@ fn digest() -> String {
     format!("sha256:{}", "5e".repeat(32))
 }
 
+/// The digest the guests' controllers run before the rollout.
+fn earlier() -> String {
+    format!("sha256:{}", "0e".repeat(32))
+}
+
 /// The controller in a guest: `bosun-guest`'s loop, its activation hook `script`.
 struct Controller {
     stop: CancellationToken,
@@ -52,8 +57,11 @@ impl Controller {
             activate: vec!["sh".into(), "-c".into(), script.into(), "activate".into()],
             health: None,
             state_file: dir.join("controller.digest"),
+            placed_file: None,
             command_timeout: Duration::from_secs(60),
         };
+        // It runs a controller already (a rollout signs only for guests that run one).
+        std::fs::write(&config.state_file, format!("{}\n", earlier())).unwrap();
         let stop = CancellationToken::new();
         let looped = ControllerLoop::new(client, config);
         let token = stop.clone();
@@ -207,6 +215,28 @@ impl Fleet {
         for (n, host) in hosts.iter().enumerate() {
             let boot = provision(&hub, host).await;
             controllers.push(Controller::start(&boot, dirs[n].path(), scripts[n]));
+        }
+        for host in &hosts {
+            let guest = host.guest.to_string();
+            eventually(
+                Duration::from_secs(60),
+                "the hub sees the guest's controller",
+                || {
+                    let (guest, hub) = (guest.clone(), &hub);
+                    async move {
+                        let detail = hub.host(host.id).await;
+                        detail["last_report"]["guests"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|g| {
+                                g["guest_id"] == guest.as_str()
+                                    && g["controller_digest"] == earlier().as_str()
+                            })
+                    }
+                },
+            )
+            .await;
         }
         // A snapshot taken in the second the token was minted would hold a stale bootstrap.
         tokio::time::sleep(Duration::from_millis(1100)).await;

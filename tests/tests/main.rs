@@ -38,6 +38,7 @@ mod agent_census;
 mod agent_cluster;
 mod agent_controller;
 mod agent_controller_golden;
+mod agent_controller_update;
 mod agent_correlation;
 mod agent_crash;
 mod agent_crash_guest_ops;

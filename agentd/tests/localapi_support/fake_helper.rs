@@ -7,7 +7,8 @@
 //! only; otherwise it answers that it cannot). So are the break-glass verbs, beneath a
 //! temp `break_glass_root` (root-controlled when the tests run as root, as `make test`
 //! does). `build_golden` answers the build it was given ([`FakeHelper::golden_build`]).
-//! `reset_guest_identity`, `restore_check` and `bulk_archive` are the real verbs (the last
+//! `reset_guest_identity`, `restore_check`, `bulk_archive` and a rollout's `restart_controller`
+//! (with a digest to place, from [`FakeHelper::controller_image`]) are the real verbs (the last
 //! beneath [`FakeHelper::backup_roots`]), run with the `pct` a test
 //! gives ([`FakeHelper::pct`]: the simulator's stand-in, so its `pct exec` acts on the
 //! simulated guest's files; [`FakeHelper::use_sim_pct`]).
@@ -26,7 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bosun_proto::helper::{
-    BulkArchive, HelperUnit, Output, Refusal, Request, ResetGuestIdentity, Response, RestoreCheck,
+    BulkArchive, HelperUnit, Output, Refusal, Request, ResetGuestIdentity, Response,
+    RestartController, RestoreCheck,
 };
 use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -62,6 +64,12 @@ pub struct FakeHelper {
     /// The `pct` the real `reset_guest_identity` runs; without one it fails as a helper
     /// whose `pct` cannot run.
     pub pct: Arc<Mutex<Option<PathBuf>>>,
+    /// The controller image archive a rollout's `restart_controller` places (the real
+    /// helper's `controller_image_archive`); without one it reads the default path.
+    pub controller_image: Arc<Mutex<Option<PathBuf>>>,
+    /// How many answers to a rollout's placement (`restart_controller` naming an image) are
+    /// lost: the verb runs, then the connection closes without an answer.
+    pub lose_placements: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// What `smart_status` answers: smartctl's JSON and exit status, or the helper's failure.
@@ -91,6 +99,8 @@ impl FakeHelper {
             golden_build: Arc::default(),
             update: Arc::default(),
             pct: Arc::default(),
+            controller_image: Arc::default(),
+            lose_placements: Arc::default(),
         };
         for unit in HelperUnit::ALL {
             let path = dir.join(unit.socket_file());
@@ -111,11 +121,21 @@ impl FakeHelper {
                     return;
                 }
                 // A verb that runs a program waits for it, as the real helper does.
+                let placing = line.contains("\"restart_controller\"") && line.contains("\"image\"");
+                let lost = placing
+                    && server
+                        .lose_placements
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
                 let Ok(response) =
                     tokio::task::spawn_blocking(move || server.answer_at(unit, &line)).await
                 else {
                     return;
                 };
+                if lost {
+                    let _ = write.shutdown().await;
+                    return;
+                }
                 let mut out = serde_json::to_vec(&response).unwrap();
                 out.push(b'\n');
                 let _ = write.write_all(&out).await;
@@ -203,13 +223,13 @@ impl FakeHelper {
         *self.pct.lock() = Some(pct);
     }
 
-    /// The vmids `restart_controller` was asked for, in order.
+    /// The vmids an in-place `restart_controller` (no image to place) was asked for, in order.
     pub fn controller_restarts(&self) -> Vec<u32> {
         self.calls
             .lock()
             .iter()
             .filter_map(|r| match r {
-                Request::RestartController(args) => Some(args.vmid.get()),
+                Request::RestartController(args) if args.image.is_none() => Some(args.vmid.get()),
                 _ => None,
             })
             .collect()
@@ -340,13 +360,28 @@ impl FakeHelper {
             }
             // `pct exec <vmid> -- systemctl restart …`: the test, standing in for the guest's
             // systemd, sees the call in `calls` and restarts its controller.
-            Request::RestartController(args) => Response::Ok {
+            Request::RestartController(ref args) if args.image.is_none() => Response::Ok {
                 output: Output::ControllerRestarted {
                     vmid: args.vmid,
                     unit: bosun_proto::helper::CONTROLLER_UNIT.to_owned(),
+                    measured: None,
                 },
             },
-            Request::ResetGuestIdentity(ResetGuestIdentity { ref vmid })
+            // A rollout's placement without the simulator's `pct`: placed as asked, and the
+            // test's own controller loop switches itself.
+            Request::RestartController(RestartController {
+                vmid,
+                image: Some(ref image),
+            }) if self.pct.lock().is_none() => Response::Ok {
+                output: Output::ControllerRestarted {
+                    vmid,
+                    unit: bosun_proto::helper::CONTROLLER_UNIT.to_owned(),
+                    measured: Some(format!("sha256:{image}")),
+                },
+            },
+            // A rollout's placement: the real verb, with the test's controller image archive.
+            Request::RestartController(RestartController { ref vmid, .. })
+            | Request::ResetGuestIdentity(ResetGuestIdentity { ref vmid })
             | Request::RestoreCheck(RestoreCheck { ref vmid, .. })
             | Request::BulkArchive(BulkArchive { ref vmid, .. }) => {
                 let Some(pct) = self.pct.lock().clone() else {
@@ -374,6 +409,9 @@ impl FakeHelper {
                     adopt_file: dir.join("adopt-guests"),
                     staging_root: dir.join("staging"),
                     backup_roots: self.backup_roots.lock().clone(),
+                    controller_image_archive: self.controller_image.lock().clone().unwrap_or_else(
+                        || bosun_helper::config::Config::default().controller_image_archive,
+                    ),
                     ..bosun_helper::config::Config::default()
                 };
                 match bosun_helper::verbs::act(&request, &config) {

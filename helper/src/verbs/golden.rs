@@ -52,22 +52,7 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
             missing.display(),
         ));
     }
-    // The archive lives in a root-only directory, so the bytes hashed here are the bytes
-    // `pct push` sends: only the operator's signed digest decides what code is baked.
-    let image = &config.controller_image_archive;
-    let beneath_root = image
-        .strip_prefix("/")
-        .unwrap_or(image)
-        .display()
-        .to_string();
-    let (found, _) = super::archive::hash_file(Path::new("/"), &beneath_root)?;
-    if found != args.controller_sha256.as_str() {
-        return Err(HelperError::DigestMismatch(
-            "controller image archive",
-            args.controller_sha256.to_string(),
-            found,
-        ));
-    }
+    signed_image(config, &args.controller_sha256)?;
     let key = guests::load_key(&config.guest_key, true)?;
     let stamp = GuestStamp::sign(&key, None, uuid::Uuid::new_v4().into_bytes());
     let dir = stage::staging_dir(&config.staging_root)?;
@@ -104,6 +89,24 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
         sha256: hashed.as_ref().map(|(sha, _)| sha.clone()),
         size: hashed.map(|(_, size)| size),
     })
+}
+
+/// The controller image archive, once its bytes hash to the signed `sha256`. It lives in a
+/// root-only directory, so the bytes hashed here are the bytes `pct push` sends: only the
+/// operator's signed digest decides what code enters a guest.
+pub(super) fn signed_image<'a>(
+    config: &'a Config,
+    sha256: &bosun_proto::helper::Sha256Hex,
+) -> Result<&'a Path, HelperError> {
+    let image = &config.controller_image_archive;
+    let beneath_root = image.strip_prefix("/").unwrap_or(image);
+    let (found, _) =
+        super::archive::hash_file(Path::new("/"), &beneath_root.display().to_string())?;
+    if found != sha256.as_str() {
+        let what = "controller image archive";
+        return Err(HelperError::DigestMismatch(what, sha256.to_string(), found));
+    }
+    Ok(image)
 }
 
 /// Stops and destroys the builder after a failed step. Best effort: the step's error

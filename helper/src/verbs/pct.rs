@@ -7,7 +7,13 @@
 //!
 //! - `push_bootstrap`: only into a guest whose stamp is bound to the document's guest id, or
 //!   unbound (then bound to it first).
-//! - `restart_controller`: `/usr/bin/systemctl restart bosun-bootstrap.service`.
+//! - `restart_controller`: `/usr/bin/systemctl restart bosun-bootstrap.service`, then the image
+//!   archive the guest holds measured: pulled (bounded) and hashed here, never run. With a
+//!   signed digest (a rollout, decision 0102) the image is placed first: the configured
+//!   `controller_image_archive` hashed and refused unless it is the signed digest, `pct push`ed
+//!   to [`IMAGE`], `docker load`ed and tagged `bosun/controller:golden` (the
+//!   image the unit runs), the digest written to [`GUEST_CONTROLLER_DIGEST`]; a guest then
+//!   measured to hold anything else is an error.
 //! - `reset_guest_identity`: each of [`RESET_GUEST_IDENTITY_COMMANDS`] in turn.
 //! - `restore_check`: only in a guest whose `pct config --current` carries every scratch mark
 //!   of a restore test ([`guests::unsafe_config`]: no link up, no mount point, its scratch hostname),
@@ -17,16 +23,24 @@
 use std::time::Duration;
 
 use bosun_proto::bootstrap::Bootstrap;
+use bosun_proto::helper::GUEST_CONTROLLER_IMAGE as IMAGE;
+use bosun_proto::helper::GUEST_DOCKER as DOCKER;
+use bosun_proto::helper::MAX_CONTROLLER_IMAGE_BYTES as MAX_IMAGE;
+use bosun_proto::helper::recipe::GOLDEN_IMAGE_TAG;
 use bosun_proto::helper::{CONTROLLER_UNIT, GUEST_BOOTSTRAP_PATH, Output, PushBootstrap};
+use bosun_proto::helper::{GUEST_CONTROLLER_DIGEST, Sha256Hex, loaded_image};
 use bosun_proto::helper::{RESET_GUEST_IDENTITY_COMMANDS, ResetGuestIdentity};
 use bosun_proto::helper::{RESTART_CONTROLLER_ARGV, RestartController};
 use bosun_proto::helper::{RESTORE_CHECK_MAX_BYTES, RESTORE_CHECK_PATH, RESTORE_CHECK_PROBE};
 use bosun_proto::helper::{RestoreCheck, restore_check_lines};
+use sha2::{Digest as _, Sha256};
 
 use crate::config::Config;
 use crate::error::HelperError;
 use crate::exec;
 
+use super::archive::hex;
+use super::golden::signed_image;
 use super::guests::{self, Scratch};
 use super::stage;
 
@@ -59,17 +73,65 @@ pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, H
     })
 }
 
-/// Restarts the controller's unit inside the running guest.
+/// Restarts the controller's unit inside the running guest, first placing the signed image
+/// when one is named (see the module docs), and measures the image archive the guest holds.
 pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Output, HelperError> {
     guests::admit(config, a.vmid, Scratch::Refuse)?;
-    let vmid = a.vmid.to_string();
+    let (vmid, pct, max) = (a.vmid.to_string(), &config.programs.pct, MAX_IMAGE);
+    let signed = a.image.as_ref().map(|s| format!("sha256:{s}"));
+    if let (Some(sha256), Some(d)) = (&a.image, &signed) {
+        place_image(config, &vmid, sha256)?;
+        let d = format!("{d}\n");
+        stage::push_file(
+            config,
+            a.vmid,
+            "digest",
+            d.as_bytes(),
+            GUEST_CONTROLLER_DIGEST,
+        )?;
+    }
     let argv: Vec<&str> = ["exec", &vmid]
         .into_iter()
         .chain(RESTART_CONTROLLER_ARGV)
         .collect();
-    exec::run(&config.programs.pct, &argv, config.limits.restart, &[0])?;
-    let unit = CONTROLLER_UNIT.to_owned();
-    Ok(Output::ControllerRestarted { vmid: a.vmid, unit })
+    exec::run(pct, &argv, config.limits.restart, &[0])?;
+    let pulled = guests::pull(config, &vmid, IMAGE, max)?;
+    let hash = |b: &Vec<u8>| format!("sha256:{}", hex(&Sha256::digest(b)));
+    let measured = pulled.as_ref().map(hash);
+    let over = pulled.is_some_and(|b| b.len() > max);
+    let found = measured.as_deref().unwrap_or("no image");
+    let what = match signed {
+        _ if over => format!("{IMAGE} is over {max} bytes"),
+        Some(s) if measured.as_ref() != Some(&s) => format!("the guest holds {found}, not {s}"),
+        _ => {
+            let unit = CONTROLLER_UNIT.to_owned();
+            let vmid = a.vmid;
+            return Ok(Output::ControllerRestarted {
+                vmid,
+                unit,
+                measured,
+            });
+        }
+    };
+    Err(HelperError::ProgramOutput(pct.clone(), what))
+}
+
+/// Pushes the helper's controller image archive, once it hashes to `sha256`, into guest `vmid`
+/// and has the guest's Docker load it and tag it as the image its unit runs.
+fn place_image(config: &Config, vmid: &str, sha256: &Sha256Hex) -> Result<(), HelperError> {
+    let source = signed_image(config, sha256)?.to_string_lossy();
+    let (pct, time, source) = (&config.programs.pct, config.limits.packages, &*source);
+    let push = ["push", vmid, source, IMAGE, "--perms", "0600"];
+    exec::run(pct, &push, time, &[0])?;
+    let load = ["exec", vmid, "--", DOCKER, "load", "--input", IMAGE];
+    let loaded = exec::run(pct, &load, time, &[0])?.stdout.text();
+    let image = loaded_image(&loaded).ok_or_else(|| {
+        let what = "docker load named no image it loaded".to_owned();
+        HelperError::ProgramOutput(pct.clone(), what)
+    })?;
+    let (image, golden) = (image.as_str(), GOLDEN_IMAGE_TAG);
+    let tag = ["exec", vmid, "--", DOCKER, "tag", image, golden];
+    exec::run(pct, &tag, config.limits.quick, &[0]).map(drop)
 }
 
 /// The `pct` argument vectors of `reset_guest_identity` for `vmid`, in order.

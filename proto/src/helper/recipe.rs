@@ -48,7 +48,8 @@ pub const GOLDEN_ENABLED: [&str; 3] = [
 ];
 /// Tag the baked controller image carries; `bosun-bootstrap.service` runs it.
 pub const GOLDEN_IMAGE_TAG: &str = "bosun/controller:golden";
-const IMAGE_IN_GUEST: &str = "/var/lib/bosun-golden/controller-image.tar";
+/// The archive stays in the guest, where `restart_controller` measures it (decision 0102).
+const IMAGE_IN_GUEST: &str = super::GUEST_CONTROLLER_IMAGE;
 
 /// Which program a step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +113,7 @@ pub fn golden_steps(args: &BuildGolden, inputs: &GoldenInputs<'_>) -> Vec<Step> 
         ),
         inside(
             "make directories",
-            "/usr/bin/mkdir -p -m 0700 /var/lib/bosun-golden /etc/bosun-bootstrap",
+            "/usr/bin/mkdir -p -m 0700 /etc/bosun-bootstrap",
         ),
         pct(
             "push controller image",
@@ -131,10 +132,6 @@ pub fn golden_steps(args: &BuildGolden, inputs: &GoldenInputs<'_>) -> Vec<Step> 
                 "/usr/bin/docker tag {} {GOLDEN_IMAGE_TAG}",
                 args.controller_image
             ),
-        ),
-        inside(
-            "remove image archive",
-            &format!("/usr/bin/rm -f {IMAGE_IN_GUEST}"),
         ),
     ];
     for unit in GOLDEN_UNITS {

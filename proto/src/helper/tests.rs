@@ -305,7 +305,7 @@ mod properties {
         fn requests_round_trip(id in "[a-z0-9][a-z0-9-]{0,20}", vmid in 100u64..1_000_000) {
             for req in [
                 Request::Unmount(Unmount { target_id: TargetId::new(id.clone()).unwrap() }),
-                Request::RestartController(RestartController { vmid: Vmid::new(vmid).unwrap() }),
+                Request::RestartController(RestartController { vmid: Vmid::new(vmid).unwrap(), image: None }),
                 Request::ResetGuestIdentity(ResetGuestIdentity { vmid: Vmid::new(vmid).unwrap() }),
                 Request::RestoreCheck(RestoreCheck {
                     vmid: Vmid::new(vmid).unwrap(),
@@ -368,4 +368,42 @@ fn a_stamp_verifies_under_its_key_only_and_keeps_its_binding() {
     for bad in ["", "x", &line.replace(' ', "  "), &format!("{line}{line}")] {
         assert!(GuestStamp::parse(bad.as_bytes()).is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn loaded_image_takes_docker_loads_last_well_formed_name() {
+    let named = "Loaded image: bosun/controller:1.5\n";
+    assert_eq!(
+        loaded_image(named).unwrap().as_str(),
+        "bosun/controller:1.5"
+    );
+    let id = format!("noise\nLoaded image ID: sha256:{}\n", "a".repeat(64));
+    let expected = format!("sha256:{}", "a".repeat(64));
+    assert_eq!(loaded_image(&id).unwrap().as_str(), expected);
+    // A name that is no image reference (shell syntax, a second word) is none.
+    for text in [
+        "",
+        "no image here\n",
+        "Loaded image: x; rm -rf /\n",
+        "Loaded image: UPPER:case\n",
+    ] {
+        assert_eq!(loaded_image(text), None, "{text:?}");
+    }
+}
+
+#[test]
+fn restart_controller_takes_only_a_sha256_to_place() {
+    let hex = "b".repeat(64);
+    let text = format!(r#"{{"verb":"restart_controller","args":{{"vmid":101,"image":"{hex}"}}}}"#);
+    let Request::RestartController(args) = parse(&text).unwrap() else {
+        panic!("not restart_controller");
+    };
+    assert_eq!(args.image.map(String::from), Some(hex));
+    for image in ["sha256:bbbb", "../../etc/shadow", "B", ""] {
+        let text =
+            format!(r#"{{"verb":"restart_controller","args":{{"vmid":101,"image":"{image}"}}}}"#);
+        assert!(parse(&text).is_err(), "{image}");
+    }
+    let path = r#"{"verb":"restart_controller","args":{"vmid":101,"archive":"/tmp/x.tar"}}"#;
+    assert!(parse(path).is_err());
 }

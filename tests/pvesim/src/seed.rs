@@ -260,21 +260,19 @@ pub(crate) fn golden_files() -> FileTree {
         format!(
             "{apt} install -y --no-install-recommends docker.io openssh-server ca-certificates"
         ),
-        "/usr/bin/mkdir -p /var/lib/bosun-golden".to_owned(),
         "/usr/bin/mkdir -p -m 0700 /etc/bosun-bootstrap".to_owned(),
     ];
     for line in &steps {
         run_seed_step(&mut tree, line);
     }
     let _ = tree.write(
-        "/var/lib/bosun-golden/controller-image.tar",
+        "/etc/bosun-bootstrap/controller-image.tar",
         b"controller image archive".to_vec(),
-        0o644,
+        0o600,
     );
     for line in [
-        "/usr/bin/docker load --input /var/lib/bosun-golden/controller-image.tar",
+        "/usr/bin/docker load --input /etc/bosun-bootstrap/controller-image.tar",
         "/usr/bin/docker tag registry.example/bosun/controller:seed bosun/controller:golden",
-        "/usr/bin/rm -f /var/lib/bosun-golden/controller-image.tar",
     ] {
         run_seed_step(&mut tree, line);
     }

@@ -4,7 +4,9 @@
 //! controller that went silent).
 //!
 //! The announced digest is mirrored from the journal (`controllers`), loaded at start; health
-//! reports live here only: after a restart the agent waits for the next one.
+//! reports live here only: after a restart the agent waits for the next one. So does the digest
+//! the helper measured of the image archive in each guest at its last restart through the
+//! helper, which the report carries in place of what the controller says (decision 0102).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,6 +53,8 @@ struct Entry {
     announced: Option<Announced>,
     last: Option<HealthReport>,
     last_healthy: Option<Instant>,
+    /// The digest the helper measured of the image archive in the guest at its last restart.
+    measured: Option<String>,
 }
 
 #[derive(Debug)]
@@ -200,6 +204,19 @@ impl ControllerBoard {
             at: now,
         });
         entry.announced.as_ref().and_then(|a| a.digest.clone())
+    }
+
+    /// Records what the helper measured of `guest_id`'s controller image (`None`: the guest
+    /// holds no image archive to measure).
+    pub fn measured(&self, guest_id: &str, digest: Option<String>) {
+        let mut guests = self.inner.guests.lock();
+        guests.entry(guest_id.to_owned()).or_default().measured = digest;
+    }
+
+    /// The digest the helper last measured of `guest_id`'s controller image, if any.
+    pub fn last_measured(&self, guest_id: &str) -> Option<String> {
+        let guests = self.inner.guests.lock();
+        guests.get(guest_id).and_then(|e| e.measured.clone())
     }
 
     /// The last report of `guest_id`.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
-use bosun_proto::helper::{Request, RestartController, Vmid as HelperVmid};
+use bosun_proto::helper::{Output, Request, RestartController, Vmid as HelperVmid};
 use bosun_pve::{GuestStatus, Pve, Vmid};
 use serde_json::json;
 use tokio::time::Instant;
@@ -212,7 +212,9 @@ impl<P: Pve> HealTask<P> {
                 return;
             }
         };
-        let result = restart_in_place(&self.journal, self.helper.as_ref(), record.vmid).await;
+        let (helper, board) = (self.helper.as_ref(), &self.board);
+        let guest = (record.guest_id.as_str(), record.vmid);
+        let result = restart_in_place(&self.journal, (helper, board), guest).await;
         match &result {
             Ok(()) => {
                 tracing::warn!(guest_id = %record.guest_id, vmid = record.vmid, attempt, "controller silent; restarted in place");
@@ -280,11 +282,12 @@ impl<P: Pve> HealTask<P> {
 
 /// Restarts `vmid`'s controller inside its guest through the helper's `restart_controller`,
 /// once the gate allows it (heal in place only); used by the task and by a rollout whose
-/// controller stayed silent. A denial is audited; the caller audits the restart.
+/// controller stayed silent. A denial is audited; the caller audits the restart. What the
+/// helper measured of the guest's controller image is kept on `board` for `guest_id`.
 pub(super) async fn restart_in_place(
     journal: &JournalHandle,
-    helper: Option<&HelperClient>,
-    vmid: u32,
+    (helper, board): (Option<&HelperClient>, &ControllerBoard),
+    (guest_id, vmid): (&str, u32),
 ) -> Result<(), String> {
     let request = GateRequest {
         action: Action::HealControllerInPlace,
@@ -299,11 +302,12 @@ pub(super) async fn restart_in_place(
     }
     let helper = helper.ok_or("no [helper] configured: cannot restart the controller")?;
     let vmid = HelperVmid::new(u64::from(vmid)).map_err(|e| e.to_string())?;
-    helper
-        .call(&Request::RestartController(RestartController { vmid }))
-        .await
-        .map(|_| ())
-        .map_err(|e| error_chain(&e))
+    let request = Request::RestartController(RestartController { vmid, image: None });
+    let output = helper.call(&request).await.map_err(|e| error_chain(&e))?;
+    if let Output::ControllerRestarted { measured, .. } = output {
+        board.measured(guest_id, measured);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

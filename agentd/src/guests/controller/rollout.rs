@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `snapshot` | snapshot the guest (`bosun-ctl-…`), task looked up if its answer was lost | a snapshot that did not end well is taken again |
 //! | `announce` | journal and serve the new digest (`rolling_out`) | repeated (idempotent) |
+//! | `place` | the helper places the signed image in the guest and restarts the controller on it (`restart_controller` with the digest: hashed on the host, pushed, loaded, tagged, measured back) | placed again (idempotent) |
 //! | `await_health` | wait for the controller's healthy report of that digest | an interrupted wait waits again |
 //! | `commit` | journal it `running` | repeated |
 //! | `revert` | on an unhealthy report or silence: serve the previous digest again (`rolled_back`) | repeated |
@@ -21,19 +22,25 @@
 //! controller `broken` and audits `controller.broken` (the hub alerts); the snapshot is kept
 //! and the operator decides with a signed job.
 //!
+//! A **failed placement** (the helper refused the image or the guest, or the image it measured
+//! back in the guest is not the signed one) is a verdict too: the guest may hold part of the
+//! new image, so it is rolled back to the snapshot taken moments before, as after an unhealthy
+//! report.
+//!
 //! The job succeeds when the digest is committed and fails otherwise: `rolled_back: …` when
 //! the guest was rolled back, `broken: …` when it was kept as it was.
 
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_proto::helper::{Output, Request, RestartController, Sha256Hex, Vmid as HelperVmid};
 use bosun_pve::{GuestOps, Op, SnapName, Vmid};
 use serde_json::{Value, json};
 
 use super::board::{Announced, ControllerBoard, HealthWait};
 use super::heal_task::restart_in_place;
 use super::{BROKEN_ACTION, COMMITTED_ACTION, ControllerSettings, ROLLED_BACK_ACTION};
-use crate::links::helper::HelperClient;
+use crate::links::helper::{HelperClient, HelperClientError};
 use crate::ops::journal::{AuditEvent, ControllerState, JournalHandle, Step, StepState};
 use crate::ops::operation::StepName;
 use crate::ops::operation::{OpJournal, StepError};
@@ -85,6 +92,8 @@ enum Verdict {
     Unhealthy(String),
     /// No report within the window, or a failure that is not its report: never a rollback.
     Silent(String),
+    /// The helper could not place the signed image: rolled back to the snapshot.
+    NotPlaced(String),
 }
 
 impl Verdict {
@@ -106,6 +115,7 @@ impl Verdict {
 struct Progress {
     snapshot: Option<String>,
     announced: bool,
+    placed: bool,
     /// `None`: not judged yet (or the wait was interrupted by a crash).
     health: Option<Verdict>,
     committed: bool,
@@ -141,6 +151,10 @@ impl Progress {
                         .map(str::to_owned);
                 }
                 StepName::Announce if ok => progress.announced = true,
+                StepName::Place if ok => progress.placed = true,
+                StepName::Place if ended => {
+                    progress.health = Some(Verdict::NotPlaced(error.to_owned()));
+                }
                 StepName::AwaitHealth if ok => progress.health = Some(Verdict::Healthy),
                 StepName::AwaitHealth if step.state == StepState::Failed => {
                     if let Some(verdict) = Verdict::of_failure(error, digest) {
@@ -155,6 +169,7 @@ impl Progress {
                 // A rollout's steps that have not ended (well), and those that mark no stage.
                 StepName::Snapshot
                 | StepName::Announce
+                | StepName::Place
                 | StepName::AwaitHealth
                 | StepName::Commit
                 | StepName::Revert
@@ -235,7 +250,7 @@ pub async fn run(
     let vmid = Vmid::new(rollout.vmid).map_err(|e| e.to_string())?;
     let journal = &ctx.journal;
     // Reports from here on count: a fast controller may answer before the wait begins.
-    let after = ctx.board.seq();
+    let mut after = ctx.board.seq();
     let steps = journal
         .steps(op.op_id())
         .await
@@ -274,6 +289,24 @@ pub async fn run(
     } else {
         mirror(ctx, rollout).await;
     }
+    if !progress.placed && progress.health.is_none() && !progress.reverted {
+        let placed = op
+            .local(
+                StepName::Place,
+                json!({ "vmid": rollout.vmid, "digest": rollout.digest }),
+                place(ctx, rollout),
+            )
+            .await;
+        match placed {
+            // Only a report after the restart on the placed image speaks for it: the old
+            // controller knows the new digest too.
+            Ok(()) => after = ctx.board.seq(),
+            Err(StepError::Other { reason, .. }) => {
+                progress.health = Some(Verdict::NotPlaced(reason))
+            }
+            Err(e) => return Err(step_text(e)),
+        }
+    }
     if progress.health.is_none() && !progress.reverted {
         let window = ctx.settings.health_window;
         let waited = op
@@ -305,7 +338,7 @@ pub async fn run(
                 json!({ "vmid": rollout.vmid, "digest": rollout.digest, "snapshot": snapshot, "state": "running" }),
             )
         }
-        Some(Verdict::Unhealthy(reason)) => {
+        Some(Verdict::Unhealthy(reason) | Verdict::NotPlaced(reason)) => {
             roll_back(ctx, op, rollout, vmid, &snapshot, &reason, &progress).await
         }
         health => {
@@ -316,6 +349,47 @@ pub async fn run(
             keep_broken(ctx, op, rollout, &snapshot, &reason, &progress).await
         }
     }
+}
+
+/// Has the helper place the signed image in the guest and restart the controller on it; keeps
+/// what it measured of the image in the guest on the board.
+async fn place(ctx: &RolloutContext, rollout: &Rollout) -> Result<(), String> {
+    let helper = ctx
+        .helper
+        .as_ref()
+        .ok_or("no [helper] configured: cannot place the controller image")?;
+    let hex = rollout.digest.strip_prefix("sha256:").unwrap_or_default();
+    let image = Sha256Hex::new(hex.to_owned()).map_err(|e| e.to_string())?;
+    let vmid = HelperVmid::new(u64::from(rollout.vmid)).map_err(|e| e.to_string())?;
+    let request = Request::RestartController(RestartController {
+        vmid,
+        image: Some(image),
+    });
+    // A lost answer leaves it unknown whether the helper placed the image: every part of the
+    // placement is idempotent, so it is asked once more, and its measurement decides.
+    let output = match helper.call(&request).await {
+        Err(e @ (HelperClientError::Receive { .. } | HelperClientError::NoAnswer { .. })) => {
+            tracing::warn!(guest_id = %rollout.guest_id, vmid = rollout.vmid, error = %error_chain(&e), "the helper's answer to the placement was lost; asking again");
+            helper.call(&request).await
+        }
+        answered => answered,
+    };
+    let output = output.map_err(|e| error_chain(&e))?;
+    let Output::ControllerRestarted { measured, .. } = output else {
+        return Err(format!(
+            "the helper answered {output:?} to restart_controller"
+        ));
+    };
+    ctx.board.measured(&rollout.guest_id, measured.clone());
+    if measured.as_deref() != Some(rollout.digest.as_str()) {
+        return Err(format!(
+            "the helper measured {} in the guest, not the signed {}",
+            measured.as_deref().unwrap_or("no image"),
+            rollout.digest
+        ));
+    }
+    tracing::info!(guest_id = %rollout.guest_id, vmid = rollout.vmid, digest = %rollout.digest, "controller image placed and measured");
+    Ok(())
 }
 
 /// Serves what the journal now holds for the guest.
@@ -457,6 +531,8 @@ async fn roll_back(
     audit(journal, op, rollout, ROLLED_BACK_ACTION, detail).await;
     match rolled_back {
         Ok(()) => {
+            // The guest is back on the snapshot's image: what was measured since is gone.
+            ctx.board.measured(&rollout.guest_id, None);
             tracing::warn!(guest_id = %rollout.guest_id, vmid = rollout.vmid, digest = %rollout.digest, snapshot, reason, "controller rollout rolled back");
             Err(format!(
                 "rolled_back: {reason}; guest {} is back on snapshot {snapshot}",
@@ -531,7 +607,11 @@ async fn keep_broken(
             .local(
                 StepName::Heal,
                 json!({ "vmid": rollout.vmid, "digest": previous }),
-                restart_in_place(journal, ctx.helper.as_ref(), rollout.vmid),
+                restart_in_place(
+                    journal,
+                    (ctx.helper.as_ref(), &ctx.board),
+                    (&rollout.guest_id, rollout.vmid),
+                ),
             )
             .await;
         match asked {

@@ -337,8 +337,9 @@ fn tier_reports(plan: &TierPlan) -> Vec<TierReport> {
         .collect()
 }
 
-/// `guests` with each one's controller digests: the one its controller says it runs (its last
-/// health report on `board`) and, once settled, the one the journal's signed record says it
+/// `guests` with each one's controller digests: the one the helper measured in the guest at its
+/// last restart, or where none was measured the one its controller says it runs (its last
+/// health report on `board`), and, once settled, the one the journal's signed record says it
 /// should run (the hub alerts when they differ). A journal that cannot be read leaves the
 /// expected digests out (the report still goes).
 async fn with_controllers(
@@ -363,10 +364,11 @@ async fn with_controllers(
         .map(|g| {
             let id = g.guest_id.map(|id| id.to_string());
             GuestReport {
-                controller_digest: id
-                    .as_deref()
-                    .and_then(|id| board.last_report(id))
-                    .map(|r| r.digest),
+                controller_digest: id.as_deref().and_then(|id| {
+                    board
+                        .last_measured(id)
+                        .or_else(|| board.last_report(id).map(|r| r.digest))
+                }),
                 controller_expected: id.and_then(|id| expected.get(&id).cloned()),
                 ..g.clone()
             }

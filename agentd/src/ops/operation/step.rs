@@ -131,6 +131,9 @@ step_names! {
     CheckBootstrap => "check_bootstrap", waited as TaskStatus, found as None,
     /// The new controller digest announced to the guest.
     Announce => "announce", waited as TaskStatus, found as None,
+    /// The signed controller image placed in the guest and the controller restarted on it
+    /// (the helper's `restart_controller` with the digest).
+    Place => "place", waited as TaskStatus, found as None,
     /// The controller's health report waited for.
     AwaitHealth => "await_health", waited as TaskStatus, found as None,
     /// The rollout committed.
@@ -277,6 +280,7 @@ mod tests {
         ("rollback", StepName::Rollback),
         ("check_bootstrap", StepName::CheckBootstrap),
         ("announce", StepName::Announce),
+        ("place", StepName::Place),
         ("await_health", StepName::AwaitHealth),
         ("commit", StepName::Commit),
         ("revert", StepName::Revert),

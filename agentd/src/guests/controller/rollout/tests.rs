@@ -175,3 +175,34 @@ fn a_step_of_an_unknown_name_is_an_error_not_a_skip() {
     assert!(err.contains("\"announce_v2\""), "{err}");
     assert!(err.contains("step table"), "{err}");
 }
+
+#[test]
+fn a_placement_that_ended_badly_rolls_back_and_an_interrupted_one_is_placed_again() {
+    let snap = step(
+        "snapshot",
+        StepState::Ok,
+        None,
+        json!({ "vmid": 101, "snapshot": "bosun-ctl-1" }),
+    );
+    let announce = step("announce", StepState::Ok, None, Value::Null);
+    let of = |steps: &[Step]| Progress::of(steps, DIGEST).unwrap();
+    let placed = step("place", StepState::Ok, None, Value::Null);
+    let p = of(&[snap.clone(), announce.clone(), placed]);
+    assert!(p.placed && p.health.is_none(), "{p:?}");
+    // A crash inside the placement: placed again, no verdict.
+    let interrupted = step(
+        "place",
+        StepState::Failed,
+        Some("interrupted; the call may or may not have been sent"),
+        Value::Null,
+    );
+    let p = of(&[snap.clone(), announce.clone(), interrupted]);
+    assert!(!p.placed && p.health.is_none(), "{p:?}");
+    // The helper refused the image: the guest goes back to the snapshot.
+    let refused = "controller image archive hashes to sha256:ab, not the signed 01";
+    let failed = step("place", StepState::Failed, Some(refused), Value::Null);
+    assert_eq!(
+        of(&[snap, announce, failed]).health,
+        Some(Verdict::NotPlaced(refused.into()))
+    );
+}
