@@ -48,6 +48,7 @@ mod agent_escrow;
 mod agent_escrow_enroll;
 mod agent_escrow_rotation;
 mod agent_faults;
+mod agent_file_verify;
 mod agent_golden_builds;
 mod agent_golden_provenance;
 mod agent_golden_prune;

@@ -340,6 +340,8 @@ pub(super) struct RawBackup {
     #[serde(default)]
     pub(super) verify_hour_ms: Option<u64>,
     #[serde(default)]
+    pub(super) verify_rate_mib_s: Option<u32>,
+    #[serde(default)]
     pub(super) bulk_check_ms: Option<u64>,
 }
 

@@ -168,8 +168,10 @@ pub struct BackupSettings {
     pub restore_test_max_tasks: usize,
     /// How long one minute of the restore-test policy's timeout lasts.
     pub restore_test_minute: Duration,
-    /// How long one hour of the PBS verification interval lasts.
+    /// How long one hour of the verification interval lasts.
     pub verify_hour: Duration,
+    /// The most MiB per second the helper re-hashes a file tier's archive at (decision 0103).
+    pub verify_rate_mib_s: std::num::NonZeroU32,
     /// How often bulk volumes' archives are looked at (decision 0090); a failed one is tried
     /// again after five times that.
     pub bulk_check: Duration,
