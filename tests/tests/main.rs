@@ -31,6 +31,7 @@ mod agent_archive_proof;
 mod agent_backups;
 mod agent_bench;
 mod agent_break_glass;
+mod agent_break_glass_console;
 mod agent_break_glass_crash;
 mod agent_bulk_backups;
 mod agent_capabilities;

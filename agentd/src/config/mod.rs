@@ -71,6 +71,7 @@
 //! report_min_interval_ms = 5000
 //! pending_interval_ms = 60000               # polls while the hub awaits an operator's approval (1 s–5 min)
 //! host_key_rotation_min_seconds = 3600      # at most one host-key rotation this often (≥ 10 s, and ≥ 10 poll intervals)
+//! stall_limit_ms = 900000                   # the hub loop stalled this long: no watchdog ping (2 s–1 h)
 //!
 //! [reconcile]
 //! interval_seconds = 30

@@ -378,6 +378,7 @@ pub(super) struct RawPoll {
     pub(super) report_min_interval_ms: Option<u64>,
     pub(super) pending_interval_ms: Option<u64>,
     pub(super) host_key_rotation_min_seconds: Option<u64>,
+    pub(super) stall_limit_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -209,6 +209,12 @@ pub(super) fn poll(raw: &RawPoll) -> Result<PollSettings, ConfigError> {
         host_key_rotation_min: raw
             .host_key_rotation_min_seconds
             .map_or(DEFAULT_HOST_KEY_ROTATION_MIN, Duration::from_secs),
+        stall_limit: ms(within(
+            "poll.stall_limit_ms",
+            raw.stall_limit_ms.unwrap_or(900_000),
+            2_000,
+            3_600_000,
+        )?),
     };
     if poll.host_key_rotation_min < HOST_KEY_ROTATION_MIN_FLOOR {
         return Err(invalid(

@@ -212,6 +212,10 @@ pub struct PollSettings {
     /// The least time between two host-key rotations (the agent also waits ten of the hub's
     /// poll intervals, when that is longer).
     pub host_key_rotation_min: Duration,
+    /// The longest the hub loop may go without progress (a round begun, or a wait for the hub
+    /// or a pause going on) before the systemd watchdog stops its pings and systemd restarts
+    /// the agent.
+    pub stall_limit: Duration,
 }
 
 /// Reconciling.

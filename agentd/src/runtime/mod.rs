@@ -375,6 +375,7 @@ async fn spawn_all(
             slots,
             controllers,
             applied_generation,
+            progress: opened.progress.clone(),
         },
     );
     let metrics = spawn::metrics(&w, reconcile.status(), hub_status.clone());
