@@ -41,6 +41,10 @@ pub enum Command {
     /// The escrow of the PBS encryption key under the customer's recovery code.
     #[command(subcommand)]
     Escrow(EscrowCommand),
+    /// Break-glass from the node's console, for when the agent itself is wedged and the hub
+    /// cannot deliver the operator's signed job through it.
+    #[command(subcommand)]
+    BreakGlass(BreakGlassCommand),
     /// Show an operation (or every operation of a correlation id) and its steps, from this
     /// host's agent journal. `bosunctl explain --host H` reads them through the hub.
     Explain(crate::explain::ExplainArgs),
@@ -49,6 +53,15 @@ pub enum Command {
     /// Write the man pages into a directory (the package installs them).
     #[command(hide = true)]
     Man(bosun_clidoc::ManArgs),
+}
+
+/// `bosun-agentctl break-glass …`.
+#[derive(Debug, Subcommand)]
+pub enum BreakGlassCommand {
+    /// Open the break-glass door with the operator's signed `break-glass-enable` job (and its
+    /// `.sig`): checked exactly as the agent checks the job the hub delivers (signature by
+    /// allowed_signers, expiry, this host, nonce and replay), audited, and refused otherwise.
+    Open(crate::break_glass::OpenArgs),
 }
 
 /// `bosun-agentctl escrow …`.

@@ -8,10 +8,12 @@
 //! - [`enroll`]: enrolling the box at the hub and making the escrow in the same command, so
 //!   the recovery code is shown once, at enrollment.
 //! - [`explain`]: an operation and its journal steps, read from this host's agent journal.
+//! - [`break_glass`]: the operator's signed break-glass door opened from the node's console.
 //!
 //! The program (`src/main.rs`) parses the command line and runs each command on the agent's
 //! runtime (`bosun_agentd::runtime::program`).
 
+pub mod break_glass;
 pub mod cli;
 pub mod enroll;
 pub mod escrow;

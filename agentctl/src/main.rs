@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use bosun_agentctl::cli::{Args, Command, EscrowCommand, SheetArgs};
+use bosun_agentctl::cli::{Args, BreakGlassCommand, Command, EscrowCommand, SheetArgs};
 use bosun_agentd::config::AgentConfig;
 use bosun_agentd::runtime::program::{self, LogTo};
 use clap::{CommandFactory as _, Parser as _};
@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         | Command::Enroll(_)
         | Command::RotateLocalApiCert
         | Command::Escrow(_)
+        | Command::BreakGlass(_)
         | Command::Explain(_) => {}
     }
     program::init_logging(LogTo::Stderr);
@@ -43,6 +44,7 @@ fn main() -> ExitCode {
         Command::Enroll(enroll_args) => enroll_command::run(&config, &enroll_args),
         Command::RotateLocalApiCert => rotate(&config),
         Command::Escrow(command) => escrow(&config, command),
+        Command::BreakGlass(command) => break_glass(&config, &command),
         Command::Explain(explain_args) => explain(&explain_args, Some(&config.state_dir)),
         Command::Completions(_) | Command::Man(_) => ExitCode::SUCCESS,
     }
@@ -54,21 +56,34 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
         (0, "done"),
         (
             1,
-            "failed (rotate-local-api-cert: a guest's new bootstrap could not be pushed; the agent pushes it once it runs)",
+            "failed (rotate-local-api-cert: a guest's new bootstrap could not be pushed; the agent pushes it once it runs; break-glass open: the door could not be written)",
         ),
-        (64, "explain: the operation id or correlation id is not one"),
+        (
+            64,
+            "explain: the operation id or correlation id is not one; break-glass open: the job is not a break-glass-enable",
+        ),
         (
             65,
             "escrow, enroll: the words or the blob do not fit (mistyped, another code, another host's blob)",
         ),
-        (66, "explain: no journal, or no such operation in it"),
+        (
+            66,
+            "explain: no journal, or no such operation in it; break-glass open: the job or its signature cannot be read",
+        ),
         (69, "escrow, enroll: the hub could not be reached"),
         (70, "the runtime could not start"),
         (
-            75,
-            "the state does not allow it now: the agent runs (stop it first), an escrow exists (use rotate), nothing to rotate, not enrolled, the host waits for approval (enroll: run it again once approved)",
+            77,
+            "break-glass open: the job was refused (signature, expiry, another host, a reused nonce, already run); the refusal is audited",
         ),
-        (78, "the configuration is invalid"),
+        (
+            75,
+            "the state does not allow it now: the agent runs (stop it first), an escrow exists (use rotate), nothing to rotate, not enrolled, the host waits for approval (enroll: run it again once approved), the journal cannot be opened (break-glass open)",
+        ),
+        (
+            78,
+            "the configuration is invalid (break-glass open: it names no helper)",
+        ),
     ],
     environment: &[
         ("BOSUN_AGENT_CONFIG", "the agent's config file, as --config"),
@@ -120,6 +135,13 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
             &[(
                 "sudo -u bosun bosun-agentctl escrow recover",
                 "on a box that took over a lost host: type the customer's words to bring the key back",
+            )],
+        ),
+        (
+            "bosun-agentctl-break-glass-open",
+            &[(
+                "sudo -u bosun bosun-agentctl break-glass open --file door.json",
+                "the agent is wedged: open the door with the operator's signed break-glass-enable (door.json and door.json.sig, from bosunctl job new and job sign)",
             )],
         ),
         (
@@ -224,6 +246,29 @@ fn status(config: &AgentConfig) -> ExitCode {
         None => println!("hub link: unknown (the agent has not run since it enrolled)"),
     }
     ExitCode::SUCCESS
+}
+
+/// `break-glass open`: the door's account, key and deadline on success; exit codes in
+/// [`BreakGlassError::exit_code`](bosun_agentctl::break_glass::BreakGlassError::exit_code).
+fn break_glass(config: &AgentConfig, command: &BreakGlassCommand) -> ExitCode {
+    let runtime = match program::tokio_runtime("bosun-agentctl") {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let BreakGlassCommand::Open(args) = command;
+    match runtime.block_on(bosun_agentctl::break_glass::open(config, args)) {
+        Ok(result) => {
+            for line in bosun_agentctl::break_glass::describe(&result) {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            eprintln!("bosun-agentctl: {:#}", anyhow::Error::new(e));
+            ExitCode::from(code)
+        }
+    }
 }
 
 /// `explain`: prints the operation's records from the journal in `--state-dir`, else in the

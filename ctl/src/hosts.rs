@@ -547,7 +547,7 @@ fn verify_fields(
     if report.verifications.is_empty() {
         return Vec::new();
     }
-    let mut fields = vec![("pbs verify", crate::status::verify::host_summary(host))];
+    let mut fields = vec![("verification", crate::status::verify::host_summary(host))];
     let now = jiff::Timestamp::now();
     let guests: std::collections::BTreeSet<uuid::Uuid> =
         report.verifications.iter().map(|v| v.guest_id).collect();

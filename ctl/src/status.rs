@@ -219,7 +219,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             restore_results::last_restore_test(host)
         ));
         out.push(format!(
-            "  pbs verify        {}",
+            "  verification      {}",
             verify::host_summary(host)
         ));
         out.extend(golden::host_line(host, now));

@@ -224,7 +224,7 @@ pub(super) async fn verify_between_restore_tests(
     n.detail("$ bosunctl status   (the host's verify summary, a verify line per guest and tier; alpha's:)");
     for line in status::render(&fleet)
         .into_iter()
-        .filter(|l| l.trim_start().starts_with("pbs verify"))
+        .filter(|l| l.trim_start().starts_with("verification"))
     {
         n.detail(format!("  {}", line.trim()));
     }

@@ -491,3 +491,37 @@ fn the_systems_own_disks_and_odd_nodes_are_refused() {
         "not a block device",
     );
 }
+
+#[test]
+fn archive_bytes_are_due_at_the_rate() {
+    use crate::verbs::archive::due_at;
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+    let rate = NonZeroU32::new(4).unwrap();
+    assert_eq!(due_at(4 << 20, rate), Duration::from_secs(1));
+    assert_eq!(due_at(1 << 20, rate), Duration::from_millis(250));
+    assert_eq!(due_at(0, rate), Duration::ZERO);
+    assert!(due_at(u64::MAX, NonZeroU32::MIN) > Duration::from_secs(1 << 40));
+}
+
+#[test]
+fn a_paced_archive_read_takes_its_time_and_hashes_the_same() {
+    use crate::verbs::archive::{sha256, sha256_paced};
+    use std::num::NonZeroU32;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.tar");
+    std::fs::write(&path, vec![7u8; 3 << 20]).unwrap();
+    let open = || std::fs::File::open(&path).unwrap();
+    let fast = sha256(open(), &path).unwrap();
+    let started = Instant::now();
+    let paced = sha256_paced(open(), &path, NonZeroU32::new(6)).unwrap();
+    assert_eq!(paced, fast);
+    assert_eq!(paced.1, 3 << 20);
+    // 3 MiB at 6 MiB/s: half a second at least.
+    assert!(
+        started.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        started.elapsed()
+    );
+}

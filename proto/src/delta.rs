@@ -92,9 +92,9 @@ pub struct ReportDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(max_items = 8_000))]
     pub restore_tests: Option<Vec<RestoreTestReport>>,
-    /// The whole list of PBS verifications per (guest, tier), when changed.
+    /// The whole list of verifications per (guest, tier), when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(max_items = 4_000))]
+    #[cfg_attr(feature = "openapi", schema(max_items = 5_000))]
     pub verifications: Option<Vec<crate::verify::VerifyReport>>,
     /// The host's health, whole, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

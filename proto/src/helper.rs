@@ -158,6 +158,11 @@ pub struct HashArchive {
     /// directly under the fixed dump root (the golden storage's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<DumpDir>,
+    /// The most MiB per second the helper reads the archive at (the integrity check between
+    /// restore tests paces itself so it does not starve the host's other disk users); absent:
+    /// as fast as the disk gives it (a backup's or a restore's own check, which waits on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_mib_s: Option<std::num::NonZeroU32>,
 }
 
 /// Arguments of `smart_status`.

@@ -287,7 +287,7 @@ pub struct RestoreTestView {
     pub word: &'static str,
 }
 
-/// One PBS verification as the views show it.
+/// One verification as the views show it (PBS's verify, or a file tier's re-hash).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VerificationView {
     /// The guest whose backup group was verified.
@@ -312,7 +312,7 @@ pub struct HostView {
     pub restore_tests: Vec<RestoreTestView>,
     /// The targets its signed data plan names.
     pub plan_targets: Vec<String>,
-    /// Its PBS verifications, by guest and tier.
+    /// Its verifications, by guest and tier.
     pub verifications: Vec<VerificationView>,
 }
 

@@ -26,7 +26,10 @@ pub const MAX_RESTORE_TESTS: usize = 8 * crate::desired::MAX_GUESTS;
 
 // The OpenAPI schemas of reports and deltas state these bounds as literals (`max_items`).
 const _: () = assert!(MAX_AUDIT_ENTRIES == 1_000 && MAX_RESTORE_TESTS == 8_000);
-const _: () = assert!(crate::verify::MAX_VERIFICATIONS == 4 * crate::desired::MAX_GUESTS);
+const _: () = assert!(
+    crate::verify::MAX_VERIFICATIONS
+        == (crate::desired::MAX_FURTHER_TIERS + 1) * crate::desired::MAX_GUESTS
+);
 const _: () = assert!(crate::desired::MAX_GUESTS == 1_000);
 
 /// What the agent observed on its host.
@@ -62,9 +65,10 @@ pub struct StateReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(max_items = 8_000))]
     pub restore_tests: Vec<RestoreTestReport>,
-    /// The newest PBS verification per (guest, PBS tier), from the agent's journal.
+    /// The newest verification per (guest, tier), from the agent's journal: PBS's verify on a
+    /// PBS tier, the helper's re-hash of the archives on any other (decision 0103).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "openapi", schema(max_items = 4_000))]
+    #[cfg_attr(feature = "openapi", schema(max_items = 5_000))]
     pub verifications: Vec<crate::verify::VerifyReport>,
     /// Health of the tunnel service, if one is configured.
     #[serde(default)]

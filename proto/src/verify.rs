@@ -17,9 +17,10 @@ use crate::validate::{self, ValidationError};
 /// The longest interval (hours) a plan or desired state may set: a year.
 pub const MAX_VERIFY_HOURS: u32 = 8760;
 
-/// Most verification results one report carries: four PBS tiers for each of the most guests
-/// desired state names (`report.rs` checks the two agree).
-pub const MAX_VERIFICATIONS: usize = 4_000;
+/// Most verification results one report carries: every tier (the first and four further,
+/// PBS or file tiers, decision 0103) for each of the most guests desired state names
+/// (`report.rs` checks the two agree).
+pub const MAX_VERIFICATIONS: usize = 5_000;
 
 /// Most characters of a verification's `detail` (PBS's task status, or why it could not run).
 pub const MAX_DETAIL_CHARS: usize = 200;

@@ -51,7 +51,16 @@ impl Drop for Daemon {
 /// Starts `command` as systemd would start a `Type=notify` unit with `WatchdogSec=`,
 /// waits for `READY=1`, then gives the instants of the `WATCHDOG=1` datagrams received
 /// during [`WINDOW`].
-async fn watchdog_pings(mut command: Command, dir: &Path) -> (Vec<Instant>, Instant) {
+async fn watchdog_pings(command: Command, dir: &Path) -> (Vec<Instant>, Instant) {
+    watchdog_pings_for(command, dir, WINDOW).await
+}
+
+/// As [`watchdog_pings`], listening for `window`.
+async fn watchdog_pings_for(
+    mut command: Command,
+    dir: &Path,
+    window: Duration,
+) -> (Vec<Instant>, Instant) {
     let socket_path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
     let child = command
@@ -80,7 +89,7 @@ async fn watchdog_pings(mut command: Command, dir: &Path) -> (Vec<Instant>, Inst
     };
 
     let mut pings = Vec::new();
-    let until = ready + WINDOW;
+    let until = ready + window;
     while let Ok(received) = tokio::time::timeout_at(until, socket.recv(&mut buf)).await {
         let len = received.unwrap();
         let text = String::from_utf8_lossy(&buf[..len]);
@@ -167,5 +176,113 @@ async fn the_agent_pings_the_watchdog_while_reconcile_sleeps_an_hour() {
     let (pings, ready) = watchdog_pings(agent, files.dir.path()).await;
     assert_kept_alive("bosun-agentd", &pings, ready);
     hub.stop().await;
+    drop(sim);
+}
+
+/// What the test binary runs as the agent of the stall tests: the library built with the
+/// `failpoints` feature, told to notify systemd as `bosun-agentd`'s `main` does.
+const NOTIFYING_CHILD: &str = "BOSUN_WATCHDOG_AGENT_CONFIG";
+
+/// Not a test of its own: the notifying agent process [`notifying_agent`] starts (does nothing
+/// in an ordinary run).
+#[test]
+fn notifying_agent_child() {
+    let Ok(config) = std::env::var(NOTIFYING_CHILD) else {
+        return;
+    };
+    agent_support::install_crypto();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let config = bosun_agentd::config::AgentConfig::load(Path::new(&config)).unwrap();
+        let options = bosun_agentd::runtime::RunOptions {
+            notify_systemd: true,
+            ..Default::default()
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        bosun_agentd::runtime::run_with(config, shutdown, options)
+            .await
+            .unwrap();
+    });
+}
+
+/// This test binary re-run as the agent on `config`, notifying systemd, with `failpoint` armed.
+fn notifying_agent(config: &Path, failpoint: Option<&str>) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            "watchdog::notifying_agent_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(NOTIFYING_CHILD, config)
+        .env("RUST_LOG", "warn");
+    match failpoint {
+        Some(point) => command.env(bosun_agentd::failpoint::ENV, point),
+        None => command.env_remove(bosun_agentd::failpoint::ENV),
+    };
+    command
+}
+
+/// Gives the agent's config a hub loop stall limit of `ms`.
+fn with_stall_limit(config: &Path, ms: u64) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let text = if text.contains("[poll]\n") {
+        text.replace("[poll]\n", &format!("[poll]\nstall_limit_ms = {ms}\n"))
+    } else {
+        format!("{text}\n[poll]\nstall_limit_ms = {ms}\n")
+    };
+    std::fs::write(config, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wedged_hub_loop_stops_the_pings_so_systemd_restarts_the_agent() {
+    let (sim, hub, files) = agent_support::enrolled_stack().await;
+    with_stall_limit(&files.config_path, 3_000);
+    // The hub loop stops for good at its first round (an await that never ends); the journal
+    // and every other task go on answering.
+    let agent = notifying_agent(&files.config_path, Some("poll.round.stall"));
+    let window = Duration::from_secs(12);
+    let (pings, ready) = watchdog_pings_for(agent, files.dir.path(), window).await;
+    let after: Vec<_> = pings.iter().map(|p| p.duration_since(ready)).collect();
+    eprintln!("pings after READY=1 with the hub loop wedged: {after:?}");
+    assert!(
+        !pings.is_empty(),
+        "the agent pinged while the loop had not yet stalled for 3 s"
+    );
+    let last = *pings.last().unwrap();
+    let silent = (ready + window).duration_since(last);
+    assert!(
+        silent >= INTERVAL * 2,
+        "after the stall limit no ping comes ({silent:?} silent at the end; pings {after:?}): \
+         systemd kills the agent after WATCHDOG_USEC={INTERVAL:?}"
+    );
+    hub.stop().await;
+    drop(sim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_hub_is_not_a_wedge() {
+    let (sim, hub, files) = agent_support::enrolled_stack().await;
+    // Enrolled once, then the hub goes away for good: every poll fails and backs off.
+    let enrolled = agent_support::InProcessAgent::start(&files.config_path).await;
+    enrolled.stop().await;
+    hub.stop().await;
+    with_stall_limit(&files.config_path, 3_000);
+    let agent = notifying_agent(&files.config_path, None);
+    let window = Duration::from_secs(10);
+    let (pings, ready) = watchdog_pings_for(agent, files.dir.path(), window).await;
+    let mut last = ready;
+    for ping in pings.iter().chain(std::iter::once(&(ready + window))) {
+        assert!(
+            ping.duration_since(last) < INTERVAL,
+            "a hub loop backing off from an unreachable hub is not stalled: {:?} without a ping",
+            ping.duration_since(last)
+        );
+        last = *ping;
+    }
     drop(sim);
 }

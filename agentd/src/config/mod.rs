@@ -52,7 +52,8 @@
 //! restore_test_min_free_mib = 1024          # memory kept free beyond a scratch guest's own
 //! restore_test_max_tasks = 8                # no restore test while the node runs this many tasks (1–64)
 //! restore_test_minute_ms = 60000            # one minute of the policy's timeout (100–60000; tests shorten it)
-//! verify_hour_ms = 3600000                  # one hour of the PBS verification interval (1000–3600000; tests shorten it)
+//! verify_hour_ms = 3600000                  # one hour of the verification interval (1000–3600000; tests shorten it)
+//! verify_rate_mib_s = 64                    # the most MiB/s a file tier's archive is re-hashed at (1–4096)
 //! bulk_check_ms = 60000                     # how often bulk volumes' archives are looked at (1000–60000);
 //!                                           # a failed one is tried again after five times that
 //!
@@ -70,6 +71,7 @@
 //! report_min_interval_ms = 5000
 //! pending_interval_ms = 60000               # polls while the hub awaits an operator's approval (1 s–5 min)
 //! host_key_rotation_min_seconds = 3600      # at most one host-key rotation this often (≥ 10 s, and ≥ 10 poll intervals)
+//! stall_limit_ms = 900000                   # the hub loop stalled this long: no watchdog ping (2 s–1 h)
 //!
 //! [reconcile]
 //! interval_seconds = 30

@@ -340,6 +340,8 @@ pub(super) struct RawBackup {
     #[serde(default)]
     pub(super) verify_hour_ms: Option<u64>,
     #[serde(default)]
+    pub(super) verify_rate_mib_s: Option<u32>,
+    #[serde(default)]
     pub(super) bulk_check_ms: Option<u64>,
 }
 
@@ -376,6 +378,7 @@ pub(super) struct RawPoll {
     pub(super) report_min_interval_ms: Option<u64>,
     pub(super) pending_interval_ms: Option<u64>,
     pub(super) host_key_rotation_min_seconds: Option<u64>,
+    pub(super) stall_limit_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -129,6 +129,13 @@ pub(super) fn backup(raw: &RawBackup) -> Result<BackupSettings, ConfigError> {
             1_000,
             3_600_000,
         )?),
+        verify_rate_mib_s: std::num::NonZeroU32::new(within(
+            "backup.verify_rate_mib_s",
+            raw.verify_rate_mib_s.unwrap_or(64),
+            1,
+            4096,
+        )?)
+        .unwrap_or(std::num::NonZeroU32::MIN),
         bulk_check: Duration::from_millis(within(
             "backup.bulk_check_ms",
             raw.bulk_check_ms.unwrap_or(60_000),
@@ -202,6 +209,12 @@ pub(super) fn poll(raw: &RawPoll) -> Result<PollSettings, ConfigError> {
         host_key_rotation_min: raw
             .host_key_rotation_min_seconds
             .map_or(DEFAULT_HOST_KEY_ROTATION_MIN, Duration::from_secs),
+        stall_limit: ms(within(
+            "poll.stall_limit_ms",
+            raw.stall_limit_ms.unwrap_or(900_000),
+            2_000,
+            3_600_000,
+        )?),
     };
     if poll.host_key_rotation_min < HOST_KEY_ROTATION_MIN_FLOOR {
         return Err(invalid(

@@ -168,8 +168,10 @@ pub struct BackupSettings {
     pub restore_test_max_tasks: usize,
     /// How long one minute of the restore-test policy's timeout lasts.
     pub restore_test_minute: Duration,
-    /// How long one hour of the PBS verification interval lasts.
+    /// How long one hour of the verification interval lasts.
     pub verify_hour: Duration,
+    /// The most MiB per second the helper re-hashes a file tier's archive at (decision 0103).
+    pub verify_rate_mib_s: std::num::NonZeroU32,
     /// How often bulk volumes' archives are looked at (decision 0090); a failed one is tried
     /// again after five times that.
     pub bulk_check: Duration,
@@ -210,6 +212,10 @@ pub struct PollSettings {
     /// The least time between two host-key rotations (the agent also waits ten of the hub's
     /// poll intervals, when that is longer).
     pub host_key_rotation_min: Duration,
+    /// The longest the hub loop may go without progress (a round begun, or a wait for the hub
+    /// or a pause going on) before the systemd watchdog stops its pings and systemd restarts
+    /// the agent.
+    pub stall_limit: Duration,
 }
 
 /// Reconciling.

@@ -362,5 +362,12 @@ pub(super) const POLL: ConfigTable = ConfigTable {
             "3600",
             "The least time between two rotations of the host's key, however often the hub asks (at least 10, and never below ten of the hub's poll intervals); a request that comes sooner is served then.",
         ),
+        key(
+            "stall_limit_ms",
+            "integer (ms)",
+            "900000",
+            "900000",
+            "The longest the hub loop may go without progress (a round begun, or its wait for the hub or a pause going on) before the systemd watchdog stops its pings and systemd restarts the agent (2 s to 1 h). An unreachable hub is not a stall.",
+        ),
     ],
 };

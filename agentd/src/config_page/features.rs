@@ -78,7 +78,14 @@ pub(super) const BACKUP: ConfigTable = ConfigTable {
             "integer (ms)",
             "3600000",
             "3600000",
-            "One hour of the PBS verification interval (1000 to 3600000; tests shorten it).",
+            "One hour of the verification interval (1000 to 3600000; tests shorten it).",
+        ),
+        key(
+            "verify_rate_mib_s",
+            "integer (MiB/s)",
+            "64",
+            "64",
+            "The most MiB per second the helper re-hashes a file tier's archive at between restore tests (1 to 4096).",
         ),
         key(
             "bulk_check_ms",

@@ -345,7 +345,7 @@ async fn spawn_all(
     let health = spawn::health(&w, Arc::clone(&host.credentials))?;
     let restore_tests =
         spawn::restore_tester(&w, storage, &tiers, &host.prover, leftover.restore_tests);
-    spawn_verifier(&w, Arc::clone(&host.credentials));
+    spawn_verifier(&w, Arc::clone(&host.credentials), &tiers, &host.prover);
     spawn_bulk(&w);
     let (endpoint, slots) = local_api::serve(
         &w,
@@ -375,6 +375,7 @@ async fn spawn_all(
             slots,
             controllers,
             applied_generation,
+            progress: opened.progress.clone(),
         },
     );
     let metrics = spawn::metrics(&w, reconcile.status(), hub_status.clone());
@@ -529,11 +530,14 @@ fn spawn_bulk(w: &spawn::Wiring<'_>) {
         .spawn("bulk-archives", scheduler.run(w.cancel.clone()));
 }
 
+/// PBS verification, and the file tiers' re-hash when a helper can read their archives.
 fn spawn_verifier(
     w: &spawn::Wiring<'_>,
     sealing: Arc<crate::trust::keys::credentials::CredentialOpener>,
+    tiers: &tokio::sync::watch::Receiver<crate::data::backup::tiers::TierPlan>,
+    prover: &crate::data::backup::ArchiveProver,
 ) {
-    let verifier = crate::data::verify::Verifier::new(
+    let mut verifier = crate::data::verify::Verifier::new(
         w.journal.clone(),
         Arc::clone(w.clock),
         w.desired.clone(),
@@ -552,5 +556,13 @@ fn spawn_verifier(
             ..Default::default()
         },
     );
+    if w.config.helper.is_some() {
+        verifier = verifier.with_files(crate::data::verify::files::FileTiers {
+            pve: Arc::clone(w.pve),
+            prover: prover.paced(w.config.backup.verify_rate_mib_s),
+            tiers: tiers.clone(),
+            journal: w.journal.clone(),
+        });
+    }
     w.tasks.spawn("verify", verifier.run(w.cancel.clone()));
 }

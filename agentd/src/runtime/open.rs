@@ -1,5 +1,6 @@
 //! The first phase: the state directory and its lock, the journal (then `READY=1`), the
-//! supervisor every task runs under, and the systemd watchdog.
+//! supervisor every task runs under, and the systemd watchdog (judging the journal and the
+//! hub loop's progress).
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use crate::config::AgentConfig;
 use crate::ops::journal::JournalHandle;
 use crate::runtime::state_lock::StateLock;
 use crate::runtime::supervisor::Supervisor;
-use crate::runtime::watchdog::WatchdogTask;
+use crate::runtime::watchdog::{Progress, WatchdogTask};
 
 /// What the agent holds from start to stop.
 pub(super) struct Opened {
@@ -24,6 +25,8 @@ pub(super) struct Opened {
     pub tasks: Supervisor,
     /// Stops every task.
     pub cancel: CancellationToken,
+    /// The hub loop's progress, which the watchdog judges.
+    pub progress: Progress,
     /// Held while the agent runs: a second agent on the same state directory and offline
     /// commands (certificate rotation) refuse meanwhile.
     _state_lock: StateLock,
@@ -56,7 +59,9 @@ pub(super) async fn open(
     // A task that panics, or ends before shutdown, stops the agent (supervisor.rs).
     let tasks = Supervisor::new(TaskTracker::new(), cancel.clone());
     let stop_tasks = cancel.clone().drop_guard();
+    let progress = Progress::default();
     if sd && let Some(watchdog) = WatchdogTask::from_env(journal.clone()) {
+        let watchdog = watchdog.with_progress(progress.clone(), config.poll.stall_limit);
         tracing::info!(
             period_ms = u64::try_from(watchdog.period().as_millis()).unwrap_or(u64::MAX),
             "systemd watchdog pings"
@@ -68,6 +73,7 @@ pub(super) async fn open(
         journal,
         tasks,
         cancel,
+        progress,
         _state_lock: state_lock,
         _stop_tasks: stop_tasks,
     })

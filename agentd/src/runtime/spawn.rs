@@ -529,6 +529,8 @@ pub(super) struct LoopParts {
     pub controllers: ControllerBoard,
     /// The generation the journal recorded applied before this start.
     pub applied_generation: u64,
+    /// Where the hub loop beats its progress (the watchdog judges it).
+    pub progress: crate::runtime::watchdog::Progress,
 }
 
 /// The reconcile loop (with the host-loss search on a box that took over a lost host) and
@@ -603,6 +605,7 @@ pub(super) fn reconcile_and_hub(
         "poll",
         poll_task
             .with_planned_stop(shutdown.clone())
+            .with_progress(parts.progress)
             .run(w.cancel.clone()),
     );
     w.tasks.spawn(

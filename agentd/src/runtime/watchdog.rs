@@ -1,23 +1,90 @@
 //! systemd's watchdog: `WATCHDOG=1` at half the interval systemd asks for
 //! (`WATCHDOG_USEC`, the unit's `WatchdogSec=`), each one only after a round trip through
-//! the journal thread, which every operation of the agent needs. A wedged journal, or a
-//! runtime that no longer runs this task, stops the pings, and systemd restarts the agent
-//! once a whole interval passes without one.
+//! the journal thread, which every operation of the agent needs, and only while the hub loop
+//! makes progress (DESIGN §12, decision 0104). A wedged journal, a hub loop stuck for longer
+//! than `[poll] stall_limit_ms`, or a runtime that no longer runs this task, stops the pings,
+//! and systemd restarts the agent once a whole interval passes without one.
+//!
+//! The hub loop's progress ([`Progress`]) is that the loop runs, not that the hub answers: the
+//! loop beats when it begins a round and all through its waits (a long poll held by the hub, a
+//! poll that fails after its timeout, the backoff after it, the pause between polls). An
+//! unreachable hub keeps it beating; a round stuck anywhere else (an await that never ends, a
+//! lock never released) does not. Before the loop's first beat (enrollment, replay) only the
+//! journal is judged.
 //!
 //! The pings do not come from the reconcile loop: a pass may take longer than the
 //! interval, and the loop sleeps `reconcile.interval_seconds` between passes.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ops::journal::JournalHandle;
+
+/// How often a waiting hub loop beats.
+const BEAT: Duration = Duration::from_millis(500);
+
+/// The hub loop's progress: when it last beat. Cheap to clone; every clone is the same clock.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// When the clock started.
+    origin: Instant,
+    /// Milliseconds from `origin` to the last beat, plus one (0: never beat).
+    last: Arc<AtomicU64>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            last: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Progress {
+    /// The loop made progress now.
+    pub fn beat(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// How long since the last beat; `None` before the first.
+    pub fn since(&self) -> Option<Duration> {
+        let last = self.last.load(Ordering::Relaxed).checked_sub(1)?;
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some(Duration::from_millis(now.saturating_sub(last)))
+    }
+
+    /// Runs `wait` (a wait for the hub, a pause), beating every half second meanwhile: the
+    /// loop waiting as it should is progress.
+    pub async fn waiting<F: Future>(&self, wait: F) -> F::Output {
+        tokio::pin!(wait);
+        let mut ticker = tokio::time::interval(BEAT);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                out = &mut wait => {
+                    self.beat();
+                    return out;
+                }
+                _ = ticker.tick() => self.beat(),
+            }
+        }
+    }
+}
 
 /// The watchdog loop.
 #[derive(Debug)]
 pub struct WatchdogTask {
     journal: JournalHandle,
     period: Duration,
+    /// The hub loop's progress and how long it may stall.
+    progress: Option<(Progress, Duration)>,
 }
 
 impl WatchdogTask {
@@ -33,7 +100,15 @@ impl WatchdogTask {
         Self {
             journal,
             period: (interval / 2).max(Duration::from_millis(1)),
+            progress: None,
         }
+    }
+
+    /// The same loop, pinging only while `progress` beat within `limit` (once it has beaten).
+    #[must_use]
+    pub fn with_progress(mut self, progress: Progress, limit: Duration) -> Self {
+        self.progress = Some((progress, limit));
+        self
     }
 
     /// How often it pings.
@@ -46,7 +121,8 @@ impl WatchdogTask {
         self.ping_while_alive(cancel, systemd_ping).await;
     }
 
-    /// Calls `ping` after each journal round trip that answers within the period.
+    /// Calls `ping` after each journal round trip that answers within the period, while the
+    /// hub loop makes progress.
     async fn ping_while_alive(self, cancel: CancellationToken, mut ping: impl FnMut()) {
         let mut ticker = tokio::time::interval(self.period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -54,6 +130,16 @@ impl WatchdogTask {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = ticker.tick() => {}
+            }
+            if let Some((progress, limit)) = &self.progress
+                && let Some(stalled) = progress.since().filter(|s| s >= limit)
+            {
+                tracing::error!(
+                    stalled_ms = u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
+                    limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+                    "the hub loop has made no progress; no watchdog ping (systemd restarts the agent)"
+                );
+                continue;
             }
             let probe = self.journal.call(|_| Ok(()));
             match tokio::time::timeout(self.period, probe).await {
@@ -124,6 +210,64 @@ mod tests {
         wedged.await.unwrap().unwrap();
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert!(pings.load(Ordering::SeqCst) > before, "pings resume");
+        cancel.cancel();
+        running.await.unwrap();
+        journal.close().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pings_stop_while_the_hub_loop_stalls_but_not_while_it_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal =
+            JournalHandle::open(&dir.path().join("journal.sqlite"), SystemClock::shared())
+                .await
+                .unwrap();
+        let pings = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&pings);
+        let cancel = CancellationToken::new();
+        let progress = Progress::default();
+        let task = WatchdogTask::new(journal.clone(), Duration::from_millis(200))
+            .with_progress(progress.clone(), Duration::from_millis(800));
+        let running = tokio::spawn(task.ping_while_alive(cancel.clone(), move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        }));
+        // Before the loop's first beat (enrollment, replay), only the journal is judged.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            pings.load(Ordering::SeqCst) >= 2,
+            "pings before the loop runs"
+        );
+
+        // A loop waiting (a long poll, a backoff after an unreachable hub) keeps beating.
+        let waiter = progress.clone();
+        let waited = tokio::spawn(async move {
+            waiter
+                .waiting(tokio::time::sleep(Duration::from_millis(1500)))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = pings.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(
+            pings.load(Ordering::SeqCst) >= before + 5,
+            "a waiting loop is not a stalled one"
+        );
+        waited.await.unwrap();
+
+        // Then the loop stops beating: after the limit, no ping.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let stalled = pings.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(
+            pings.load(Ordering::SeqCst),
+            stalled,
+            "no ping while stalled"
+        );
+
+        // A beat again: pings resume.
+        progress.beat();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(pings.load(Ordering::SeqCst) > stalled, "pings resume");
         cancel.cancel();
         running.await.unwrap();
         journal.close().await.unwrap();

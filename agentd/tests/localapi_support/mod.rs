@@ -97,6 +97,7 @@ impl bosun_agentd::data::backup::ArchiveReader for VerbReader {
                 bosun_proto::helper::Request::HashArchive(bosun_proto::helper::HashArchive {
                     archive: name.clone(),
                     dir: Some(dir.clone()),
+                    rate_mib_s: None,
                 });
             match bosun_helper::verbs::act(&request, &config) {
                 Ok(bosun_proto::helper::Output::ArchiveHashed { sha256, size, .. }) => {

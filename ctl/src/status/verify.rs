@@ -1,5 +1,5 @@
-//! The PBS verification lines of `bosunctl status` and `bosunctl hosts show`: under each guest,
-//! the newest verification of its backup group on each PBS tier (decision 0079), from the
+//! The verification lines of `bosunctl status` and `bosunctl hosts show`: under each guest,
+//! the newest verification of its backups on each tier (decisions 0079, 0103), from the
 //! report's `verifications`.
 
 use bosun_proto::admin::HostDetail;
@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::table;
 
-/// One line per PBS tier `guest_id`'s group was verified on:
+/// One line per tier `guest_id`'s backups were verified on:
 /// `verify <tier>  ok 3m ago, took 420ms`, `verify <tier>  FAILED 2m ago: <detail>; last ok 1h
 /// ago`, or `verify <tier>  could not run 1m ago: <detail>; last ok never`.
 pub fn guest_lines(host: &HostDetail, guest_id: Uuid, now: Timestamp) -> Vec<String> {

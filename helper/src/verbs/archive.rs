@@ -1,9 +1,14 @@
 //! `hash_archive`: SHA-256 of one backup archive, directly under the fixed dump root or in a
 //! dump directory beneath one of the fixed backup roots, read through a descriptor opened
 //! beneath the root without following symlinks, so the agent (which cannot read the dump)
-//! records what it backed up and checks an archive before every restore.
+//! records what it backed up and checks an archive before every restore. The integrity check
+//! between restore tests asks for a pace (`rate_mib_s`): the archive is then read no faster
+//! than that, so re-hashing a large archive leaves the disk to the guests beside it.
 
+use std::io::Read;
+use std::num::NonZeroU32;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use bosun_proto::helper::{ArchiveName, HashArchive, Output};
 use rustix::fs::{FileType, OFlags};
@@ -24,7 +29,7 @@ pub fn hash(args: &HashArchive, config: &Config) -> Result<Output, HelperError> 
             (root, below.join(name).display().to_string())
         }
     };
-    let (sha256, size) = hash_file(root, &relative)?;
+    let (sha256, size) = hash_file_paced(root, &relative, args.rate_mib_s)?;
     Ok(Output::ArchiveHashed {
         archive: root.join(&relative).display().to_string(),
         sha256,
@@ -45,6 +50,15 @@ pub fn backup_root<'a>(
 /// SHA-256 (lowercase hex) and size of the regular file `name` (a relative path) beneath
 /// `root`.
 pub fn hash_file(root: &Path, name: &str) -> Result<(String, u64), HelperError> {
+    hash_file_paced(root, name, None)
+}
+
+/// As [`hash_file`], read no faster than `rate` MiB per second when one is given.
+fn hash_file_paced(
+    root: &Path,
+    name: &str,
+    rate: Option<NonZeroU32>,
+) -> Result<(String, u64), HelperError> {
     let (dir, path) = (open_root(root)?, root.join(name));
     let (file, stat) = open_file(
         Some(&dir),
@@ -57,19 +71,53 @@ pub fn hash_file(root: &Path, name: &str) -> Result<(String, u64), HelperError> 
             path.display(),
         ));
     }
-    sha256(file, &path)
+    sha256_paced(file, &path, rate)
 }
 
 /// SHA-256 (lowercase hex) of what `file` (at `path`) reads, and its size.
-pub fn sha256(mut file: std::fs::File, path: &Path) -> Result<(String, u64), HelperError> {
+pub fn sha256(file: std::fs::File, path: &Path) -> Result<(String, u64), HelperError> {
+    sha256_paced(file, path, None)
+}
+
+/// How much is read between two looks at the pace.
+const CHUNK: usize = 1 << 20;
+
+/// As [`sha256`], read no faster than `rate` MiB per second when one is given: after each
+/// chunk the reader sleeps until the bytes read so far are due at that rate.
+pub(crate) fn sha256_paced(
+    mut file: std::fs::File,
+    path: &Path,
+    rate: Option<NonZeroU32>,
+) -> Result<(String, u64), HelperError> {
     let mut hasher = Sha256::new();
-    let size = std::io::copy(&mut file, &mut hasher).map_err(io_error("read", path))?;
+    let mut buf = vec![0u8; CHUNK];
+    let (started, mut size) = (Instant::now(), 0u64);
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_error("read", path)(e)),
+        };
+        hasher.update(&buf[..n]);
+        size = size.saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
+        if let Some(wait) = rate.and_then(|r| due_at(size, r).checked_sub(started.elapsed())) {
+            std::thread::sleep(wait);
+        }
+    }
     let hex = hasher
         .finalize()
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
     Ok((hex, size))
+}
+
+/// When `bytes` are due at `rate` MiB per second, from the start of the read.
+pub(crate) fn due_at(bytes: u64, rate: NonZeroU32) -> Duration {
+    let per_second = u128::from(rate.get()) << 20;
+    let micros = u128::from(bytes) * 1_000_000 / per_second;
+    Duration::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
 }
 
 /// `bytes` in lowercase hex.

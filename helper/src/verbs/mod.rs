@@ -1,6 +1,6 @@
 //! The verbs. Each takes its validated arguments and the fixed configuration.
 
-mod archive;
+pub(crate) mod archive;
 mod break_glass;
 mod bulk;
 mod disk;

@@ -15,7 +15,7 @@
 //! | `backup_overdue` | a guest's last good backup on a tier is older than twice the tier's cadence | a good backup arrives (`backup_recovered`) |
 //! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
 //! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_results`]) | a passing one arrives (`restore_test_recovered`) |
-//! | `verify_failed` | the newest PBS verification of a (guest, tier) failed: PBS found a chunk missing or damaged ([`verify`]) | a newer one is ok (`verify_recovered`) |
+//! | `verify_failed` | the newest verification of a (guest, tier) failed: PBS found a chunk missing or damaged, or a file archive no longer hashes to its recorded SHA-256 ([`verify`]) | a newer one is ok (`verify_recovered`) |
 //! | `verify_overdue` | verification is on (desired state held to the signed plan's `verify_hours`) and a (guest, tier) has had no ok verification for more than twice the interval | an ok one arrives (`verify_recovered`) |
 //! | `bulk_unprotected` | a bulk volume's desired decision is `backup: {kind: target}` and the report names no signed target for it: the signed plan's `bulk_backups` does not name it, so nothing archives it ([`bulk`]) | the report names a signed target (`bulk_protected`) |
 //! | `bulk_backup_failed` | the newest attempt to archive a bulk volume failed (`last_error`) | a newer archive lands (`bulk_backup_recovered`) |

@@ -1,4 +1,4 @@
-//! `verify_failed` and `verify_overdue`, from the newest PBS verification per (guest, tier) a
+//! `verify_failed` and `verify_overdue`, from the newest verification per (guest, tier) a
 //! host reports (`verifications`, decision 0079).
 //!
 //! - `verify_failed` (subject `guest_id@tier`) holds while the newest verification that judged
@@ -54,7 +54,7 @@ pub(super) fn failed(hostname: &str, report: &StateReport) -> Vec<Condition> {
                 kind: WatchKind::VerifyFailed,
                 subject: subject(v),
                 message: format!(
-                    "PBS verification of guest {}'s backups on host {hostname} failed at {} (tier {}): {}",
+                    "Verification of guest {}'s backups on host {hostname} failed at {} (tier {}): {}",
                     guest_name(report, v.guest_id),
                     v.finished_at,
                     bounded(&v.tier, MAX_TEXT),
@@ -104,7 +104,7 @@ pub(super) fn overdue(
             kind: WatchKind::VerifyOverdue,
             subject: subject(v),
             message: format!(
-                "guest {}'s backups on host {hostname} (tier {}) have had no passing PBS verification for more than {}: last passed {}",
+                "guest {}'s backups on host {hostname} (tier {}) have had no passing verification for more than {}: last passed {}",
                 guest_name(report, v.guest_id),
                 bounded(&v.tier, MAX_TEXT),
                 human(limit),
@@ -152,7 +152,7 @@ pub(super) fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport)
         Some(v) if passes_again(open, v) => (
             true,
             format!(
-                "PBS verification of guest {}'s backups on host {hostname} passes again (tier {})",
+                "Verification of guest {}'s backups on host {hostname} passes again (tier {})",
                 guest_name(report, v.guest_id),
                 bounded(&v.tier, MAX_TEXT)
             ),

@@ -64,7 +64,7 @@ pub enum WatchKind {
     PoolFillHigh,
     /// A temperature sensor of the node is at or past its high.
     TemperatureHigh,
-    /// The newest PBS verification of a guest's group on a tier failed.
+    /// The newest verification of a guest's backups on a tier failed.
     VerifyFailed,
     /// A guest's group on a tier has had no ok verification for twice the interval.
     VerifyOverdue,

@@ -89,7 +89,7 @@ pub(crate) async fn page(
         (backups::tiers(host, now))
         h2 { "Restore tests" }
         (backups::restore_tests(host, now))
-        h2 { "PBS verification" }
+        h2 { "Verification" }
         (verify::section(host, now))
         h2 { "Bulk volumes" }
         (bulk::section(host, now))

@@ -1,5 +1,6 @@
-//! The host page's PBS verification table (decision 0079): the newest verification of each
-//! guest's backup group on each PBS tier, newest first, with the last one that passed.
+//! The host page's verification table (decisions 0079, 0103): the newest verification of each
+//! guest's backups on each tier (PBS's verify, or a file tier's re-hash), newest first, with
+//! the last one that passed.
 
 use bosun_proto::admin::HostDetail;
 use bosun_proto::verify::{VerifyOutcome, VerifyReport};
@@ -19,7 +20,7 @@ pub(crate) fn section(host: &HostDetail, now: Timestamp) -> Markup {
     rows.sort_by_key(|v| std::cmp::Reverse(v.finished_at));
     html! {
         @if rows.is_empty() {
-            p class="empty" id="verifications" { "No PBS verifications reported." }
+            p class="empty" id="verifications" { "No verifications reported." }
         } @else {
             div class="scroll" {
                 table class="stack" id="verifications" {

@@ -111,7 +111,7 @@ pub fn judge(
 pub enum ProtectionKind {
     /// A backup of the guest on one tier.
     Backup,
-    /// A PBS verification of the guest's backup group on one PBS tier.
+    /// A verification of the guest's backups on one tier (PBS's verify, or a re-hash).
     Verification,
     /// A restore test of the guest's backups (any tier).
     RestoreTest,

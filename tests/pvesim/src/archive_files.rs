@@ -66,6 +66,12 @@ impl SimHandle {
         self.shared.state.lock().files_root.clone()
     }
 
+    /// The file backup `volid` is written to, when archives are files and its storage is a
+    /// file storage: what a test changes as whoever can write the storage would.
+    pub fn archive_path(&self, volid: &str) -> Option<PathBuf> {
+        self.shared.state.lock().archive_file(volid)
+    }
+
     /// Puts backup `from`'s archive (content and file) under backup `volid`'s name, as
     /// someone with write access to the storage could: listings still show `volid` as it
     /// was, and a restore from it restores `from`'s guest.

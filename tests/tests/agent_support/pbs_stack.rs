@@ -53,12 +53,20 @@ pub fn verify_requests(sim: &SimHandle) -> Vec<Vec<(String, String)>> {
         .collect()
 }
 
-/// The verifications the hub holds in the host's last report.
+/// The PBS verifications the hub holds in the host's last report: those of the PBS tier, whose
+/// durable id names the datastore (the local tier's re-hash, decision 0103, is left out).
 pub async fn reported(hub: &RealHub, host: Uuid) -> Vec<Value> {
     hub.host(host).await["last_report"]["verifications"]
         .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| {
+            v["tier"]
+                .as_str()
+                .is_some_and(|t| t.contains(&format!(":{STORE}#")))
+        })
         .cloned()
-        .unwrap_or_default()
+        .collect()
 }
 
 pub struct Stack {

@@ -26,6 +26,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
@@ -179,6 +180,18 @@ pub trait ArchiveReader: Send + Sync + fmt::Debug {
         dir: &'a DumpDir,
         name: &'a ArchiveName,
     ) -> BoxFuture<'a, Result<(String, u64), ArchiveReadError>>;
+
+    /// Hashes `dir/name` reading no faster than `rate` MiB per second (`None`: as [`Self::hash`]).
+    /// A reader that cannot pace itself reads at its own speed.
+    fn hash_paced<'a>(
+        &'a self,
+        dir: &'a DumpDir,
+        name: &'a ArchiveName,
+        rate: Option<NonZeroU32>,
+    ) -> BoxFuture<'a, Result<(String, u64), ArchiveReadError>> {
+        let _ = rate;
+        self.hash(dir, name)
+    }
 }
 
 impl ArchiveReader for HelperClient {
@@ -187,10 +200,20 @@ impl ArchiveReader for HelperClient {
         dir: &'a DumpDir,
         name: &'a ArchiveName,
     ) -> BoxFuture<'a, Result<(String, u64), ArchiveReadError>> {
+        self.hash_paced(dir, name, None)
+    }
+
+    fn hash_paced<'a>(
+        &'a self,
+        dir: &'a DumpDir,
+        name: &'a ArchiveName,
+        rate: Option<NonZeroU32>,
+    ) -> BoxFuture<'a, Result<(String, u64), ArchiveReadError>> {
         Box::pin(async move {
             let request = Request::HashArchive(HashArchive {
                 archive: name.clone(),
                 dir: Some(dir.clone()),
+                rate_mib_s: rate,
             });
             match self.call(&request).await {
                 Ok(Output::ArchiveHashed { sha256, size, .. }) => Ok((sha256, size)),
@@ -212,6 +235,8 @@ pub struct ArchiveProver {
     journal: JournalHandle,
     /// Archives already refused (audited once each, at most [`MAX_AUDITED_REJECTIONS`]).
     rejected: Arc<Mutex<HashSet<String>>>,
+    /// The most MiB per second a file archive is read at (`None`: unpaced).
+    pace: Option<NonZeroU32>,
 }
 
 impl fmt::Debug for ArchiveProver {
@@ -246,6 +271,17 @@ impl ArchiveProver {
             key,
             journal,
             rejected: Arc::default(),
+            pace: None,
+        }
+    }
+
+    /// The same prover, reading file archives no faster than `rate` MiB per second: for the
+    /// integrity check between restore tests, which nothing waits on.
+    #[must_use]
+    pub fn paced(&self, rate: NonZeroU32) -> Self {
+        Self {
+            pace: Some(rate),
+            ..self.clone()
         }
     }
 
@@ -458,7 +494,7 @@ impl ArchiveProver {
             .ok_or_else(|| ProofError::NotInDumpDir {
                 path: attributes.path.clone(),
             })?;
-        Ok(reader.hash(&dir, name).await?)
+        Ok(reader.hash_paced(&dir, name, self.pace).await?)
     }
 
     /// The host's keys: K and the ones rotations retired.

@@ -1,7 +1,9 @@
-//! Integrity verification between restore tests (DESIGN §8, decision 0079): on the cadence of
-//! the desired state held to the signed plan (`verify_policy`, at least as often as the plan's
-//! `verify_hours`), the agent has each PBS tier's server verify each of its guests' backup
-//! groups, in the target's namespace, through PBS's own API ([`pbs`]).
+//! Integrity verification between restore tests (DESIGN §8, decisions 0079 and 0103): on the
+//! cadence of the desired state held to the signed plan (`verify_policy`, at least as often as
+//! the plan's `verify_hours`), the agent has each PBS tier's server verify each of its guests'
+//! backup groups, in the target's namespace, through PBS's own API ([`pbs`]), and has the
+//! helper re-hash each guest's archives on every other tier (local, directory, USB, NFS,
+//! CIFS) against the SHA-256 recorded at backup ([`files`]).
 //!
 //! ```text
 //!  wake ──► policy on? ──► the (guest, PBS tier) most overdue (never verified first)
@@ -13,8 +15,10 @@
 //! A verification that could not run is tried again after a quarter of the interval; one that
 //! ran is due again after the interval. Up to four run at once, one per guest and tier; one
 //! that outlives the interval gives its turn back and is followed on, so a guest whose group
-//! takes PBS hours to read delays its own verification, never its neighbours'.
+//! takes PBS hours to read delays its own verification, never its neighbours'. File tiers have
+//! a lane of their own: one re-hash at a time on the host, paced by the helper.
 
+pub mod files;
 pub mod pbs;
 
 use std::collections::{BTreeSet, HashMap};
@@ -30,6 +34,7 @@ use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
+use crate::data::backup::tiers::Tier;
 use crate::data::desired::DesiredSnapshot;
 use crate::data::storage::target::parse_pbs;
 use crate::ops::journal::{AuditEvent, JournalHandle, LastVerification, Verification};
@@ -78,6 +83,8 @@ pub struct Verifier {
     /// Verifications started and not yet finished, by task.
     running: HashMap<tokio::task::Id, Running>,
     tasks: JoinSet<Verification>,
+    /// The file tiers' check; `None`: file tiers are not verified (no helper).
+    files: Option<files::FileTiers>,
 }
 
 /// What runs one verification: the parts a spawned task needs.
@@ -93,6 +100,8 @@ struct Running {
     guest_id: String,
     tier: String,
     started: tokio::time::Instant,
+    /// A file tier's re-hash (its own lane: one at a time), not a PBS task.
+    file: bool,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -133,7 +142,15 @@ impl Verifier {
             }),
             running: HashMap::new(),
             tasks: JoinSet::new(),
+            files: None,
         }
+    }
+
+    /// The verifier re-hashing file tiers' archives too, through `files`.
+    #[must_use]
+    pub fn with_files(mut self, files: files::FileTiers) -> Self {
+        self.files = Some(files);
+        self
     }
 
     /// Runs verifications until `cancel`: the most overdue start while turns are free, and
@@ -169,11 +186,12 @@ impl Verifier {
             .config
             .hour
             .saturating_mul(policy.interval_hours);
+        self.start_file(&snapshot, interval).await;
         loop {
             let turns = self
                 .running
                 .values()
-                .filter(|r| r.started.elapsed() < interval)
+                .filter(|r| !r.file && r.started.elapsed() < interval)
                 .count();
             if turns >= MAX_RUNNING {
                 return;
@@ -191,10 +209,75 @@ impl Verifier {
                 guest_id: due.guest_id.clone(),
                 tier: due.target.durable_id.clone(),
                 started: tokio::time::Instant::now(),
+                file: false,
             };
             let handle = self.tasks.spawn(async move { worker.verify(&due).await });
             self.running.insert(handle.id(), running);
         }
+    }
+
+    /// Starts the most overdue file tier's re-hash unless one runs (one at a time on the
+    /// host: the helper reads one archive at a time).
+    async fn start_file(&mut self, snapshot: &DesiredSnapshot, interval: Duration) {
+        let Some(files) = self.files.clone() else {
+            return;
+        };
+        if self.running.values().any(|r| r.file) {
+            return;
+        }
+        let due = match self.due_file(&files, snapshot, interval).await {
+            Ok(Some(due)) => due,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "file verification: the journal is unreadable");
+                return;
+            }
+        };
+        let running = Running {
+            guest_id: due.0.clone(),
+            tier: due.1.report_key().to_owned(),
+            started: tokio::time::Instant::now(),
+            file: true,
+        };
+        let handle = self
+            .tasks
+            .spawn(async move { files.verify(due.0, due.1).await });
+        self.running.insert(handle.id(), running);
+    }
+
+    /// The (guest, file tier) most overdue: never verified first, then the longest ago. Only
+    /// desired guests with an archive recorded on the tier's storage count.
+    async fn due_file(
+        &self,
+        files: &files::FileTiers,
+        snapshot: &DesiredSnapshot,
+        interval: Duration,
+    ) -> Result<Option<(String, Tier)>, String> {
+        let desired = desired_guests(snapshot);
+        let last = self
+            .journal
+            .last_verifications()
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let now = self.clock.now();
+        let mut best: Option<(Option<Timestamp>, (String, Tier))> = None;
+        for tier in files.current() {
+            let guests = files.guests_on(&tier).await.map_err(|e| error_chain(&e))?;
+            for guest_id in guests.intersection(&desired) {
+                let key = tier.report_key();
+                let previous = last
+                    .iter()
+                    .find(|l| &l.verification.guest_id == guest_id && l.verification.tier == key);
+                if !is_due(previous, now, interval) {
+                    continue;
+                }
+                let at = previous.map(|p| p.finished_at);
+                if best.as_ref().is_none_or(|(b, _)| at < *b) {
+                    best = Some((at, (guest_id.clone(), tier.clone())));
+                }
+            }
+        }
+        Ok(best.map(|(_, due)| due))
     }
 
     /// Records a finished verification (audited when PBS found damage).
@@ -243,14 +326,21 @@ impl Verifier {
                     || state.backup_policy.further_tiers.contains(&t.durable_id)
             })
             .collect();
-        let desired: BTreeSet<String> = state
-            .guests
-            .iter()
-            .map(|g| g.guest_id.to_string())
-            .collect();
+        let desired = desired_guests(snapshot);
         // Rows of guests and tiers no longer in desired state go: the report would carry them
-        // as unverified for ever (and the hub would call them overdue).
-        let tier_ids = tiers.iter().map(|t| t.durable_id.clone()).collect();
+        // as unverified for ever (and the hub would call them overdue). File tiers' rows stay
+        // while their tier runs.
+        let file_tiers = self.files.as_ref().map(files::FileTiers::current);
+        let tier_ids = tiers
+            .iter()
+            .map(|t| t.durable_id.clone())
+            .chain(
+                file_tiers
+                    .into_iter()
+                    .flatten()
+                    .map(|t| t.report_key().to_owned()),
+            )
+            .collect();
         match self
             .journal
             .prune_verifications(desired.clone(), tier_ids)
@@ -385,6 +475,16 @@ pub enum VerifyError {
     /// The task outlived the agent's bound.
     #[error("the verify task ran too long")]
     TooLong,
+}
+
+/// The guest ids desired state names.
+fn desired_guests(snapshot: &DesiredSnapshot) -> BTreeSet<String> {
+    snapshot
+        .state
+        .guests
+        .iter()
+        .map(|g| g.guest_id.to_string())
+        .collect()
 }
 
 /// Whether a (guest, tier) with `previous` verification is due at `now`.

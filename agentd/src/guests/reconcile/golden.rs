@@ -242,6 +242,7 @@ impl ArchiveHasher for HelperClient {
         let request = Request::HashArchive(HashArchive {
             archive: name.clone(),
             dir: None,
+            rate_mib_s: None,
         });
         match self.call(&request).await.map_err(HashFailure::Helper)? {
             Output::ArchiveHashed { sha256, .. } => Ok(sha256),

@@ -83,6 +83,7 @@ use crate::links::hub_client::pins::HubPins;
 use crate::ops::jobs::runner::JobRunner;
 use crate::ops::journal::JournalHandle;
 use crate::runtime::supervisor::Supervisor;
+use crate::runtime::watchdog::Progress;
 
 /// The longest the last poll of a planned stop may take, from building its report to the
 /// hub's answer. systemd gives the whole stop `TimeoutStopSec=30s`
@@ -141,6 +142,8 @@ pub struct PollTask<P: Pve> {
     /// goes there, and the hub is told which the agent holds.
     hub_pins: Option<HubPins>,
     clock: SharedClock,
+    /// Beaten as the loop runs: at each round and through its waits (the watchdog's).
+    progress: Progress,
 }
 
 /// What the loop keeps between polls: what it reports from and routes to, and how the link
@@ -236,6 +239,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 planned_stop: None,
                 hub_pins: None,
                 clock,
+                progress: Progress::default(),
             },
             status_rx,
         )
@@ -249,6 +253,14 @@ impl<P: Pve + 'static> PollTask<P> {
         self
     }
 
+    /// Beats `progress` as the loop runs, for the systemd watchdog: at each round and all
+    /// through its waits for the hub and its pauses, so an unreachable hub is not a stall.
+    #[must_use]
+    pub fn with_progress(mut self, progress: Progress) -> Self {
+        self.progress = progress;
+        self
+    }
+
     /// Takes the keys the hub announces into `pins`, and tells the hub which it holds.
     #[must_use]
     pub fn with_hub_pins(mut self, pins: HubPins) -> Self {
@@ -259,9 +271,15 @@ impl<P: Pve + 'static> PollTask<P> {
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut round = self.first_round().await;
+        let progress = self.progress.clone();
         loop {
+            progress.beat();
+            // The crash suites' wedge: the loop stops here for good, as a round stuck on an
+            // await that never ends would (the watchdog suite).
+            crate::failpoint::stall_at("poll.round.stall").await;
             let sent = self.prepare(&mut round).await;
-            let next = match self.wait_or_prompt(&mut round, &sent, &cancel).await {
+            let waited = progress.waiting(self.wait_or_prompt(&mut round, &sent, &cancel));
+            let next = match waited.await {
                 Waited::Cancelled => Next::Stop,
                 Waited::Prompted => {
                     // Abandon the held poll: something to report now.

@@ -1,7 +1,7 @@
-//! The newest PBS verification of each guest's backup group per tier (`data/verify/`): one
-//! row per (guest, tier), replaced by each verification, keeping when the group was first
-//! verified and when it last verified `ok`, so the report can say how long a group has gone
-//! unverified across restarts.
+//! The newest verification of each guest's backups per tier (`data/verify/`: PBS's verify, or
+//! a file tier's re-hash): one row per (guest, tier), replaced by each verification, keeping
+//! when the group was first verified and when it last verified `ok`, so the report can say
+//! how long a group has gone unverified across restarts.
 
 use std::collections::BTreeSet;
 
@@ -180,7 +180,32 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The guests with a successful backup recorded on Proxmox storage `storage`, each once:
+    /// whose archives there the integrity check re-hashes (a guest never backed up there has
+    /// nothing to check).
+    pub fn guests_with_archives(&self, storage: &str) -> Result<BTreeSet<String>, JournalError> {
+        const WHAT: &str = "read the guests with archives on a storage";
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT DISTINCT guest_id FROM backup_outcomes
+                 WHERE storage = ?1 AND ok = 1 AND archive IS NOT NULL",
+            )
+            .map_err(query_err(WHAT))?;
+        let rows = stmt
+            .query_map(params![storage], |row| row.get::<_, String>(0))
+            .map_err(query_err(WHAT))?
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(query_err(WHAT))?;
+        Ok(rows)
+    }
+}
+
 journal_calls! {
+    /// See [`Store::guests_with_archives`].
+    fn guests_with_archives(storage: String) -> BTreeSet<String>
+        = |s| s.guests_with_archives(&storage);
     /// See [`Store::prune_verifications`].
     fn prune_verifications(guests: BTreeSet<String>, tiers: BTreeSet<String>) -> usize
         = |s| s.prune_verifications(&guests, &tiers);

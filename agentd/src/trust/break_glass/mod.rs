@@ -1,5 +1,6 @@
 //! Break-glass (DESIGN §12): the emergency SSH door an operator opens with a signed
-//! `break-glass-enable` job when the poll loop itself is wedged.
+//! `break-glass-enable` job when the poll loop itself is wedged: delivered by the hub, or
+//! handed over from the node's console ([`console`], `bosun-agentctl break-glass open`).
 //!
 //! [`BreakGlass`] opens and closes the door through the helper (`break_glass_open`,
 //! `break_glass_close`) and journals each change with its audit row
@@ -16,6 +17,7 @@
 //! ```
 
 pub mod consent;
+pub mod console;
 pub mod expiry_task;
 pub mod spool;
 

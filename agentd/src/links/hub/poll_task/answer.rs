@@ -65,7 +65,7 @@ impl<P: Pve + 'static> PollTask<P> {
         if !held && !round.urgent && round.timings.long_poll.is_zero() {
             tokio::select! {
                 () = cancel.cancelled() => return Next::Stop,
-                () = tokio::time::sleep(round.timings.pause()) => {}
+                () = self.progress.waiting(tokio::time::sleep(round.timings.pause())) => {}
             }
         }
         Next::Poll
@@ -201,7 +201,7 @@ impl<P: Pve + 'static> PollTask<P> {
         round.backoff = (round.backoff * 2).min(self.settings.backoff_max);
         tokio::select! {
             () = cancel.cancelled() => return Next::Stop,
-            () = tokio::time::sleep(pause) => {}
+            () = self.progress.waiting(tokio::time::sleep(pause)) => {}
         }
         round.urgent = true;
         Next::Poll
@@ -309,7 +309,7 @@ impl<P: Pve + 'static> PollTask<P> {
         let pause = Duration::from_millis(rand::rng().random_range(ms / 4 * 3..=ms));
         tokio::select! {
             () = cancel.cancelled() => false,
-            () = tokio::time::sleep(pause) => true,
+            () = self.progress.waiting(tokio::time::sleep(pause)) => true,
         }
     }
 }
