@@ -82,8 +82,8 @@ pub struct Outcome {
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
-/// the unit stand-in the agent runs under from its self-update on: the agent stops when the
-/// caller drops it.
+/// the unit stand-in the agent runs under from its self-update on (the agent stops when the
+/// caller drops it), and what `--keep-running` settles the host with.
 pub async fn run(
     n: &mut Narrator,
     children: &mut Children,
@@ -91,7 +91,7 @@ pub async fn run(
     out: &Path,
     time_scale: f64,
     outcome: &mut Outcome,
-) -> Result<super::unit::FakeSystemd, DemoError> {
+) -> Result<(super::unit::FakeSystemd, super::settle::Kept), DemoError> {
     n.say("Bosun demo: a Proxmox host kept by Bosun, on this machine");
     n.say("a simulated Proxmox VE node, the hub on SQLite, the host agent and the operator's own tools");
     n.say("");
@@ -420,7 +420,7 @@ pub async fn run(
     .await?;
     let agent_log = out.join(format!("logs/{}.log", agent.site.name("agentd")));
     n.step(
-        "the operator's desk: the dashboard after login, hub and agent metrics, and bosunctl by host name (desired diff in sync)",
+        "the operator's desk: the dashboard after login, hub and agent metrics, and bosunctl by host name with its desired diff",
         async |n| super::operator_view::operator_view(n, children, &client, (bins, out), host_id, &agent_log).await,
     )
     .await?;
@@ -497,7 +497,15 @@ pub async fn run(
     outcome.verified = Some(n.step("PBS verification between restore tests: the operator's signed plan asks for a verify every hour; the backup server verifies alpha's group (a result per guest and tier in bosunctl status); chunks of the group rot on the server and the next verify fails (verify_failed)", async |n| super::verify::verify_between_restore_tests(n, children, &client, (bins, out), &sim, (host_id, alpha, alpha_vmid)).await).await?);
     outcome.controller = Some(n.step("the controller in every guest is managed: the operator signs a golden recipe; the host builds it through its helper, boots it in a scratch guest and provisions guest delta from it, whose controller record is the recipe's signed digest; delta's controller crashes and the agent restarts it in place (never a destroy or rollback)", async |n| super::controller::managed_controller(n, children, &client, (bins, out), &sim, host_id).await).await?);
     outcome.tunnel = Some(n.step("the tunnel, managed: the operator's signed plan routes alpha.demo.example to guest alpha; the agent writes the ingress (one rule per hostname to the guest's address on the bridge, the catch-all last) and the credentials sealed to the host, restarting the tunnel's replicas one at a time; a replica whose readiness fails 3 times is restarted; a hub that re-points the hostname unsigned is refused (data_plan.refused)", async |n| super::tunnel::managed_tunnel(n, children, &client, (bins, out), &sim, (&helper, &agent, &unit, run_as), (host_id, alpha)).await).await?);
-    Ok(unit)
+    let kept = super::settle::Kept {
+        client,
+        sim,
+        host_id,
+        alpha_vmid,
+        agent_config: agent.config.clone(),
+        run_as,
+    };
+    Ok((unit, kept))
 }
 
 /// `bosunctl job new|sign` print a path or an id, not JSON: that is success too.
