@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bosun_proto::admin::AlertKind;
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::backup_tiers::{HOSTILE_NFS, PBS_DATASTORE, set_desired};
@@ -251,7 +251,7 @@ fn without_hostile_nfs(out: &Path, fleet: &FleetStatus) -> Result<PathBuf, DemoE
         storage.retain(|t| t["durable_id"] != HOSTILE_NFS);
     }
     if let Some(tiers) = document["backup_policy"]["further_tiers"].as_array_mut() {
-        tiers.retain(|t| *t != Value::from(HOSTILE_NFS));
+        tiers.retain(|t| t.as_str() != Some(HOSTILE_NFS));
     }
     let file = out.join("operator/desired-kept.json");
     write_json(&file, &document)?;

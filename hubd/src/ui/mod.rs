@@ -18,7 +18,7 @@
 //! Every answer carries a strict Content-Security-Policy (`default-src 'none'`, the served
 //! stylesheet only, no frames), `Referrer-Policy: no-referrer` and `Cache-Control: no-store`.
 //! Nothing here changes the hub's state but a login, a logout, and an alert acknowledged or
-//! silenced (through the admin API's own logic, [`triage`]): desired state and jobs stay with
+//! silenced (through the admin API's own logic, `ui::triage`): desired state and jobs stay with
 //! the admin API and operator-signed jobs. Sessions live in memory (a restart logs
 //! every operator out); the hub keeps only the SHA-256 of each session id.
 
