@@ -80,7 +80,7 @@ pub async fn run(client: &HubClient, json: bool, args: &AuditArgs) -> Result<(),
             vec![
                 table::when(Some(e.at)),
                 host_name(e),
-                e.action.clone(),
+                action(e),
                 bosun_proto::audit_text::one_line(&e.detail),
             ]
         })
@@ -90,6 +90,16 @@ pub async fn run(client: &HubClient, json: bool, args: &AuditArgs) -> Result<(),
         table::line(format_args!("older entries: --before {cursor}"))?;
     }
     Ok(())
+}
+
+/// The action, and for an entry the hub counted more than once how often and until when:
+/// `verify.failed ×228, last 2026-11-20 10:41:07`.
+fn action(entry: &AuditRecord) -> String {
+    match (entry.repeats, entry.last_at) {
+        (1, _) => entry.action.clone(),
+        (n, Some(last)) => format!("{} ×{n}, last {}", entry.action, table::when(Some(last))),
+        (n, None) => format!("{} ×{n}", entry.action),
+    }
 }
 
 fn host_name(entry: &AuditRecord) -> String {

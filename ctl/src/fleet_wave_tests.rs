@@ -13,6 +13,8 @@ fn the_gate_verdict_is_the_entry_of_this_job_and_says_why() {
             "job_id": id.to_string(),
             "detail": {"failure": "no_poll", "detail": "silent for 30 s"},
         }),
+        repeats: 1,
+        last_at: None,
     };
     let page = |entries| AuditPage {
         entries,

@@ -158,14 +158,45 @@ fn describe(row: &Value) -> String {
     let detail = &row["detail"];
     match (detail["kind"].as_str(), detail["status"].as_str()) {
         (Some(kind), Some(status)) => format!("{event} {kind} {status}"),
-        // A command run through the door: its kind and exit status, never its arguments.
-        (Some(kind), None) if row["host_wide"] == true => {
-            format!("{event} (on the host) {kind}, exit {}", detail["status"])
-        }
+        // A command run through the door: its kind and exit status, never its arguments; a
+        // line the support shell refused never ran, so it has no status to show.
+        (Some(kind), None) if row["host_wide"] == true => match detail["status"].as_u64() {
+            Some(status) => format!("{event} (on the host) {kind}, exit {status}"),
+            None if kind == "refused" => format!(
+                "{event} (on the host) refused by the support shell: not a command it runs, so nothing ran"
+            ),
+            None => format!("{event} (on the host) {kind}, no exit status recorded"),
+        },
         _ if row["host_wide"] == true => format!(
             "{event} (on the host) {}",
             detail["reason"].as_str().unwrap_or_default()
         ),
         _ => event.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+    use serde_json::json;
+
+    /// A host-wide command shows the exit status its entry records; a line the support shell
+    /// refused has none and says so, never `exit null`.
+    #[test]
+    fn a_door_command_is_described_by_what_its_entry_holds() {
+        let ran = json!({ "event": "break_glass.command", "host_wide": true,
+                          "detail": { "kind": "status", "status": 0 } });
+        assert_eq!(
+            describe(&ran),
+            "break_glass.command (on the host) status, exit 0"
+        );
+        let refused = json!({ "event": "break_glass.command", "host_wide": true,
+                              "detail": { "kind": "refused", "status": null } });
+        let text = describe(&refused);
+        assert!(!text.contains("null"), "{text}");
+        assert!(text.contains("refused by the support shell"), "{text}");
+        let finished = json!({ "event": "operation.finished",
+                               "detail": { "kind": "backup", "status": "succeeded" } });
+        assert_eq!(describe(&finished), "operation.finished backup succeeded");
     }
 }

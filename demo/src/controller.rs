@@ -232,7 +232,7 @@ pub(super) async fn audited(
         if let Some(entry) = page
             .entries
             .into_iter()
-            .find(|e| e.at >= since && wanted(e))
+            .find(|e| e.last_at.unwrap_or(e.at) >= since && wanted(e))
         {
             return Ok(entry);
         }

@@ -41,6 +41,7 @@ mod recovery;
 mod restore_check;
 mod scenario;
 mod self_update;
+mod settle;
 mod sim;
 mod stack;
 mod tunnel;
@@ -258,15 +259,16 @@ pub async fn run_until(
     let n = &mut narrator;
     // The full walk's agent ends up under the unit stand-in (its self-update), not among
     // `children`: the stand-in is kept here, so `--keep-running` keeps the agent polling too.
-    let (result, unit) = match (args.proxmox_only, args.scenario) {
+    let (mut result, unit, kept) = match (args.proxmox_only, args.scenario) {
         (true, _) => (
             pve_walk::run(n, &mut children, &bins, &out, args.time_scale).await,
+            None,
             None,
         ),
         (false, Scenario::Full) => {
             match scenario::run(n, &mut children, &bins, &out, args.time_scale, outcome).await {
-                Ok(unit) => (Ok(()), Some(unit)),
-                Err(err) => (Err(err), None),
+                Ok((unit, kept)) => (Ok(()), Some(unit), Some(kept)),
+                Err(err) => (Err(err), None, None),
             }
         }
         (false, Scenario::HostLoss) => {
@@ -274,11 +276,16 @@ pub async fn run_until(
             (
                 host_loss::run(n, &mut children, &bins, &out, args.time_scale, walked).await,
                 None,
+                None,
             )
         }
     };
     // The walk's own time, without the time `--keep-running` then waits.
     let walked = narrator.elapsed();
+    // A kept host is settled first: it should not page on for what the walk broke on purpose.
+    if let (true, Ok(()), Some(kept)) = (args.keep_running, &result, &kept) {
+        result = settle::settle(&mut narrator, &mut children, (&bins, &out), kept).await;
+    }
     if args.keep_running && result.is_ok() {
         narrator.say("");
         let agent = if unit.is_some() {
@@ -366,6 +373,9 @@ fn summary(
             step.title,
             narrate::seconds(step.took)
         ));
+        if let Some(verdict) = &step.verdict {
+            narrator.say(format!("      → {verdict}"));
+        }
     }
     narrator.say(format!("logs and artifacts: {}", out.display()));
 }

@@ -62,11 +62,13 @@ pub(super) async fn restore_token(
         "$ bosunctl enroll-token create --ttl 10m --restore-host {host_arg}   → refused: {}",
         refusal.lines().last().unwrap_or_default()
     ));
-    let revoked = stack::ctl_text(bins, out, &["hosts", "revoke", &host_arg]).await?;
-    n.detail(format!(
-        "$ bosunctl hosts revoke {host_arg}   → {}",
-        revoked.trim()
-    ));
+    // What the hub answered, in its one word: the JSON it printed stays in the log.
+    let revoked = stack::ctl(bins, out, &["hosts", "revoke", &host_arg]).await?;
+    let result = revoked["result"].as_str().unwrap_or_default();
+    check(result == "revoked", || {
+        format!("`bosunctl hosts revoke` answered {revoked}")
+    })?;
+    n.detail(format!("$ bosunctl hosts revoke {host_arg}   → {result}"));
     let created = stack::ctl(bins, out, &args).await?;
     let token = created["token"]
         .as_str()

@@ -568,7 +568,7 @@ pub(super) async fn host_dies(
 }
 
 /// A directory only `user` may enter (the sheet holds the words).
-fn private_dir(path: &Path, user: RunAs) -> Result<(), DemoError> {
+pub(super) fn private_dir(path: &Path, user: RunAs) -> Result<(), DemoError> {
     use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
     let artifact = |source| DemoError::Artifact {
         path: path.to_owned(),

@@ -96,19 +96,28 @@ pub(super) async fn operator_view(
     // The hostile NFS tier of generation 5 is still in desired state and still refused: the
     // diff says the host is not in sync, names it with why, and exits 11 (decision 0065).
     let diff = stack::ctl_refused(bins, out, &["desired", "diff", &hostname]).await?;
-    let refused: Vec<&str> = diff["refused"]
+    // Each name once: a target the host refuses is refused as storage and as a tier.
+    let mut refused: Vec<&str> = diff["refused"]
         .as_array()
         .map(|all| all.iter().filter_map(|r| r["name"].as_str()).collect())
         .unwrap_or_default();
+    refused.sort_unstable();
+    refused.dedup();
     check(
         diff["in_sync"].as_bool() == Some(false)
             && refused.contains(&super::backup_tiers::HOSTILE_NFS),
         || format!("the diff does not show the refused NFS tier: {diff}"),
     )?;
+    // What the diff said, in its own words: the step's verdict.
+    let sync = if diff["in_sync"].as_bool() == Some(true) {
+        "in sync".to_owned()
+    } else {
+        format!("not in sync, the host refuses {}", refused.join(", "))
+    };
     n.detail(format!(
-        "bosunctl hosts show {hostname} / desired diff {hostname} (exit 11): not in sync, the host refuses {}",
-        refused.join(", ")
+        "bosunctl hosts show {hostname} / desired diff {hostname} (exit 11): {sync}"
     ));
+    n.conclude(format!("desired diff {hostname}: {sync}"));
 
     // The audit trail the hub keeps of what the agent did: the signed jobs are in it.
     let trail = stack::ctl(bins, out, &["audit", "--host", &hostname, "--limit", "500"]).await?;

@@ -88,8 +88,8 @@ pub struct Outcome {
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
-/// the unit stand-in the agent runs under from its self-update on: the agent stops when the
-/// caller drops it.
+/// the unit stand-in the agent runs under from its self-update on (the agent stops when the
+/// caller drops it), and what `--keep-running` settles the host with.
 pub async fn run(
     n: &mut Narrator,
     children: &mut Children,
@@ -97,7 +97,7 @@ pub async fn run(
     out: &Path,
     time_scale: f64,
     outcome: &mut Outcome,
-) -> Result<super::unit::FakeSystemd, DemoError> {
+) -> Result<(super::unit::FakeSystemd, super::settle::Kept), DemoError> {
     n.say("Bosun demo: a Proxmox host kept by Bosun, on this machine");
     n.say("a simulated Proxmox VE node, the hub on SQLite, the host agent and the operator's own tools");
     n.say("");
@@ -426,7 +426,7 @@ pub async fn run(
     .await?;
     let agent_log = out.join(format!("logs/{}.log", agent.site.name("agentd")));
     n.step(
-        "the operator's desk: the dashboard after login, hub and agent metrics, and bosunctl by host name (desired diff in sync)",
+        "the operator's desk: the dashboard after login, hub and agent metrics, and bosunctl by host name with its desired diff",
         async |n| super::operator_view::operator_view(n, children, &client, (bins, out), host_id, &agent_log).await,
     )
     .await?;
@@ -507,7 +507,15 @@ pub async fn run(
     }
     outcome.tunnel = Some(n.step("the tunnel, managed: the operator's signed plan routes alpha.demo.example to guest alpha; the agent writes the ingress (one rule per hostname to the guest's address on the bridge, the catch-all last) and the credentials sealed to the host, restarting the tunnel's replicas one at a time; a replica whose readiness fails 3 times is restarted; a hub that re-points the hostname unsigned is refused (data_plan.refused)", async |n| super::tunnel::managed_tunnel(n, children, &client, (bins, out), &sim, (&helper, &agent, &unit, run_as), (host_id, alpha)).await).await?);
     outcome.customer_app = Some(n.step("the customer's app (operator guide §14): the operator signs alpha's customer key into the plan (guest_access); the agent delivers alpha a new bootstrap carrying it; alpha's controller, started as the controller image starts it, writes it where the golden image's sshd reads it (keys only, no password) and reads the customer's own apps file, the Compose containers they deployed over SSH", async |n| super::customer_app::customer_app(n, &client, (bins, out), &sim, (host_id, alpha, alpha_vmid)).await).await?);
-    Ok(unit)
+    let kept = super::settle::Kept {
+        client,
+        sim,
+        host_id,
+        alpha_vmid,
+        agent_config: agent.config.clone(),
+        run_as,
+    };
+    Ok((unit, kept))
 }
 
 /// `bosunctl job new|sign` print a path or an id, not JSON: that is success too.

@@ -63,7 +63,7 @@ fn verification(
 }
 
 /// The simulator's address as a PBS server: host, port.
-fn sim_server(sim: &SimEndpoint) -> Result<(String, u16), DemoError> {
+pub(super) fn sim_server(sim: &SimEndpoint) -> Result<(String, u16), DemoError> {
     let url = reqwest::Url::parse(&sim.url)
         .map_err(|e| DemoError::Check(format!("the simulator's url {}: {e}", sim.url)))?;
     match (url.host_str(), url.port()) {

@@ -224,3 +224,90 @@ async fn entries_past_the_retention_bounds_leave_the_trail() {
     assert_eq!(hub.hub.prune_once().await.unwrap().audit, 10);
     assert!(page(&hub, "").await.entries.is_empty());
 }
+
+/// A failed verification of guest `GUEST_ODD` on `tier` saying `detail`, entry `seq` at minute
+/// `seq` past 11:00, with the entry's own chain hash.
+fn verify_failed(seq: u64, tier: &str, detail: &str) -> AuditEntry {
+    AuditEntry {
+        seq,
+        at: format!("2026-11-20T11:{seq:02}:00Z").parse().unwrap(),
+        action: "verify.failed".into(),
+        detail: json!({
+            "op_id": null, "job_id": null, "guest_id": GUEST_ODD, "vmid": 101, "request_id": null,
+            "detail": { "tier": tier, "detail": detail },
+            "hash": format!("{seq:064x}"),
+        }),
+    }
+}
+
+/// A repeated outcome is one row with a count and its last time (decision 0106): the same
+/// failure of the same guest on the same tier, again and again, is one row however the agent
+/// interleaves it with other tiers and other actions; another outcome about the subject starts
+/// a new row; entries sent again after a lost answer count nothing twice.
+#[tokio::test]
+async fn a_repeated_outcome_is_one_row_counted_until_it_changes() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-verify").await;
+    let with = |seq, audit| StateReport {
+        seq,
+        audit,
+        ..report()
+    };
+    let missing = "verification failed - 3 chunks missing";
+    // Tiers a and b fail in turn.
+    let first: Vec<AuditEntry> = (1..=6)
+        .map(|s| verify_failed(s, if s % 2 == 1 { "pbs-a" } else { "pbs-b" }, missing))
+        .collect();
+    send(&hub, host, &key, &full(&with(1, first))).await;
+    // Tier a now fails otherwise, twice; b as before; a backup of the guest between them.
+    let torn = "verification failed - 1 chunk corrupt";
+    let mut backup = entry(10, 10);
+    backup.detail["guest_id"] = json!(GUEST_ODD);
+    backup.at = "2026-11-20T11:10:00Z".parse().unwrap();
+    let second = vec![
+        verify_failed(7, "pbs-a", torn),
+        verify_failed(8, "pbs-a", torn),
+        verify_failed(9, "pbs-b", missing),
+        backup.clone(),
+    ];
+    send(&hub, host, &key, &full(&with(2, second.clone()))).await;
+    // The answer was lost: the agent sends 7..=10 again, with 11.
+    let mut third = second;
+    third.push(verify_failed(11, "pbs-a", torn));
+    send(&hub, host, &key, &full(&with(3, third))).await;
+
+    let trail = page(&hub, &format!("?host={host}")).await;
+    let rows: Vec<(u64, &str, u64, Option<String>)> = trail
+        .entries
+        .iter()
+        .map(|e| {
+            (
+                e.seq,
+                e.action.as_str(),
+                e.repeats,
+                e.last_at.map(|t| t.to_string()),
+            )
+        })
+        .collect();
+    let at = |minute: u32| Some(format!("2026-11-20T11:{minute:02}:00Z"));
+    assert_eq!(
+        rows,
+        [
+            (10, "backup.finished", 1, None),
+            (7, "verify.failed", 3, at(11)),
+            (2, "verify.failed", 4, at(9)),
+            (1, "verify.failed", 3, at(5)),
+        ]
+    );
+    assert_eq!(trail.entries[1].detail["detail"]["detail"], torn);
+    assert_eq!(trail.entries[3].detail["detail"]["detail"], missing);
+    // The JSON says a single entry's count by leaving it out.
+    let raw: serde_json::Value = hub
+        .admin(Method::GET, &format!("/v1/admin/audit?host={host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(raw["entries"][0].get("repeats").is_none(), "{raw}");
+    assert_eq!(raw["entries"][2]["repeats"], 4, "{raw}");
+}

@@ -9,6 +9,10 @@ mod browser;
 use crate::common;
 #[path = "dashboard/fixture.rs"]
 mod fixture;
+#[path = "dashboard/pages.rs"]
+mod pages;
+#[path = "dashboard/triage.rs"]
+mod triage;
 #[path = "dashboard/walkthrough.rs"]
 mod walkthrough;
 

@@ -733,6 +733,24 @@ pub struct AuditRecord {
     /// What the agent recorded with it: `guest_id`, `vmid`, `job_id`, `op_id`, `request_id`,
     /// the action's own `detail` and the entry's chain `hash`.
     pub detail: serde_json::Value,
+    /// How many times the host reported this entry in a row: 1, or more when later entries
+    /// said the same of the same subject (same action, same detail but the chain hash) and the
+    /// hub counted them on this row instead of keeping one each.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, default = 1))]
+    pub repeats: u64,
+    /// When the last of those repeats happened (the agent's clock); absent without repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_at: Option<Timestamp>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 /// A page of the hub's audit trail, newest first (`GET /v1/admin/audit`).

@@ -212,6 +212,25 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
             && transcript.contains("(exit 11): not in sync, the host refuses"),
         "{transcript}"
     );
+    // The desk's title claims nothing; its verdict is what the diff said.
+    let step13 = step_text(&transcript, 13);
+    let title = step13.lines().next().unwrap();
+    assert!(!title.contains("in sync"), "{title}");
+    assert!(
+        step13.contains("): desired diff ") && step13.contains(": not in sync, the host refuses"),
+        "{step13}"
+    );
+    // A refused line through the door is said as refused, never `exit null`; the verify
+    // summary counts what could not run as such, never as ok.
+    assert!(!transcript.contains("exit null"), "{transcript}");
+    assert!(
+        transcript.contains("(on the host) refused by the support shell"),
+        "{transcript}"
+    );
+    let verify_step = transcript
+        .lines()
+        .find(|l| l.trim_start().starts_with("pbs verify") && l.contains("could not run"));
+    assert!(verify_step.is_some(), "{transcript}");
 
     // Step 14: a job the hub forged is refused and stages nothing; the operator's signed
     // update is staged into slot b and committed by the health gate.
@@ -835,6 +854,39 @@ async fn hub_still_answers(out: &Path) {
             .any(|a| a["kind"] == "host_overdue"),
         "the kept host is not overdue: {open}"
     );
+    // Settled: what the walk broke and the operator can put right is put right, the host is in
+    // sync, and its sped-up verification has nothing left to fail on.
+    for kind in ["escrow_missing", "storage_refused", "verify_failed"] {
+        assert!(
+            !open.as_array().unwrap().iter().any(|a| a["kind"] == kind),
+            "{kind} is still open on the kept host: {open}"
+        );
+    }
+    assert_eq!(
+        host["desired_generation"], host["applied_generation"],
+        "the kept host is in sync: {host}"
+    );
+    // A repeated outcome is one row with its count: no action fills the trail.
+    let trail = get(&format!(
+        "/v1/admin/audit?host={}&limit=500",
+        host["host_id"].as_str().unwrap()
+    ))
+    .await;
+    let entries = trail["entries"].as_array().unwrap();
+    let failed: Vec<&serde_json::Value> = entries
+        .iter()
+        .filter(|e| e["action"] == "verify.failed")
+        .collect();
+    assert!(
+        !failed.is_empty() && failed.len() <= 2,
+        "each change of a verification's outcome is one row: {failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|e| e["repeats"].as_u64().unwrap_or(1) > 1),
+        "the repeats are counted: {failed:?}"
+    );
 }
 
 /// The transcript's lines of step `number`, from its title to the next step's.
@@ -969,6 +1021,18 @@ fn the_host_loss_scenario_brings_the_host_back_and_leaves_nothing_running() {
         assert!(alert.contains("RPO") && alert.contains("RTO"), "{alert}");
         assert!(transcript.contains(alert.as_str()), "{transcript}");
     }
+    // What the hub answered the revoke, in a word, never its JSON spread over lines.
+    let step5 = step_text(&transcript, 5);
+    assert!(
+        step5.contains("$ bosunctl hosts revoke ") && step5.contains("→ revoked"),
+        "{step5}"
+    );
+    assert!(
+        step5
+            .lines()
+            .all(|l| l.starts_with("      ") || l.starts_with("[5]")),
+        "every line of step 5 is its title or a detail under it: {step5}"
+    );
 
     // The demo's own search found nothing, and it did read the hub's data.
     let scan = walk.scan.clone().expect("the zero-knowledge search ran");

@@ -606,3 +606,37 @@ fn the_tunnel_line_names_what_the_agent_manages() {
             .ends_with(", credentials not written: the tunnel credentials were refused")
     );
 }
+
+/// A verification that could not run (its PBS unreachable) is counted as such in the host's
+/// summary, never as ok beside its own `could not run` line.
+#[test]
+fn the_verify_summary_counts_a_verification_that_could_not_run_as_such() {
+    let mut detail = host(json!([]));
+    let verification = |tier: &str, outcome: bosun_proto::verify::VerifyOutcome| {
+        bosun_proto::verify::VerifyReport {
+            guest_id: A.parse().unwrap(),
+            tier: tier.into(),
+            finished_at: "2026-11-21T00:55:00Z".parse().unwrap(),
+            outcome,
+            duration_ms: 10,
+            detail: String::new(),
+            last_ok_at: None,
+            last_failed_at: None,
+            first_at: "2026-11-21T00:40:00Z".parse().unwrap(),
+        }
+    };
+    use bosun_proto::verify::VerifyOutcome::{Error, Failed, Ok as Passed};
+    let report = detail.last_report.as_mut().unwrap();
+    report.verifications = vec![
+        verification("pbs1", Passed),
+        verification("pbs2", Passed),
+        verification("pbs.demo", Error),
+    ];
+    assert_eq!(verify::host_summary(&detail), "2 ok, 1 could not run");
+    let report = detail.last_report.as_mut().unwrap();
+    report.verifications.push(verification("pbs3", Failed));
+    assert_eq!(
+        verify::host_summary(&detail),
+        "2 ok, 1 FAILED, 1 could not run"
+    );
+}

@@ -27,7 +27,10 @@ pub fn guest_lines(host: &HostDetail, guest_id: Uuid, now: Timestamp) -> Vec<Str
         .collect()
 }
 
-/// The host's verification count by judgment: `3 ok, 1 FAILED` (`none` without any).
+/// The host's verification count by judgment: `3 ok, 1 FAILED, 1 could not run` (`none`
+/// without any). A verification counts `ok` only when it ran and passed: one that could not
+/// run (`error`) or whose outcome is unknown is counted as such, never as ok, so the summary
+/// agrees with the per-tier lines under it.
 pub fn host_summary(host: &HostDetail) -> String {
     let Some(report) = host
         .last_report
@@ -36,17 +39,31 @@ pub fn host_summary(host: &HostDetail) -> String {
     else {
         return "none".to_owned();
     };
-    let failed = report
-        .verifications
-        .iter()
-        .filter(|v| v.judged_failed())
-        .count();
-    let ok = report.verifications.len() - failed;
-    if failed == 0 {
-        format!("{ok} ok")
-    } else {
-        format!("{ok} ok, {failed} FAILED")
+    let (mut ok, mut failed, mut error, mut unknown) = (0, 0, 0, 0);
+    for v in &report.verifications {
+        let counter = if v.judged_failed() {
+            &mut failed
+        } else {
+            match v.outcome {
+                VerifyOutcome::Ok => &mut ok,
+                VerifyOutcome::Failed => &mut failed,
+                VerifyOutcome::Error => &mut error,
+                VerifyOutcome::Unknown => &mut unknown,
+            }
+        };
+        *counter += 1;
     }
+    let mut parts = vec![format!("{ok} ok")];
+    for (count, word) in [
+        (failed, "FAILED"),
+        (error, "could not run"),
+        (unknown, "unknown"),
+    ] {
+        if count > 0 {
+            parts.push(format!("{count} {word}"));
+        }
+    }
+    parts.join(", ")
 }
 
 /// `ok 3m ago, took 420ms`, with `: <detail>; last ok <age>` otherwise.

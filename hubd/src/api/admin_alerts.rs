@@ -40,13 +40,19 @@ fn refused(err: ValidationError) -> ApiError {
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn ack_alert(State(hub): State<Hub>, body: Body) -> Result<Json<OpenAlert>, ApiError> {
     let request: AckAlert = extract::parse(&body.0, "alert acknowledgement", |_| Ok(()))?;
+    acknowledge(&hub, request).await.map(Json)
+}
+
+/// Acknowledges the open alert `request` names, as the operator the call runs for
+/// ([`crate::actor`]): the one path of `POST /v1/admin/alerts/ack` and the dashboard's form.
+pub(crate) async fn acknowledge(hub: &Hub, request: AckAlert) -> Result<OpenAlert, ApiError> {
     request.validate().map_err(refused)?;
     let now_ms = hub.clock().now_ms();
     let alert = hub
         .store_call(move |store| store.ack_alert(&request, now_ms))
         .await?;
     tracing::info!(host_id = %alert.host_id, kind = alert.kind.as_str(), subject = alert.subject, "alert acknowledged");
-    Ok(Json(alert))
+    Ok(alert)
 }
 
 /// `POST /v1/admin/alerts/silences`: silences a host's alerts (of a kind, about a subject) for
@@ -66,13 +72,20 @@ pub async fn create_silence(
     body: Body,
 ) -> Result<(StatusCode, Json<Silence>), ApiError> {
     let request: CreateSilence = extract::parse(&body.0, "silence", |_| Ok(()))?;
+    let silence = silence(&hub, request).await?;
+    Ok((StatusCode::CREATED, Json(silence)))
+}
+
+/// Silences what `request` names, as the operator the call runs for ([`crate::actor`]): the
+/// one path of `POST /v1/admin/alerts/silences` and the dashboard's form.
+pub(crate) async fn silence(hub: &Hub, request: CreateSilence) -> Result<Silence, ApiError> {
     request.validate().map_err(refused)?;
     let now_ms = hub.clock().now_ms();
     let silence = hub
         .store_call(move |store| store.create_silence(&request, now_ms))
         .await?;
     tracing::info!(silence_id = silence.id, host_id = %silence.host_id, until = %silence.until, "alerts silenced");
-    Ok((StatusCode::CREATED, Json(silence)))
+    Ok(silence)
 }
 
 /// `GET /v1/admin/alerts/silences?limit=N`: the newest silences in force, newest first

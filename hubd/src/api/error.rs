@@ -89,6 +89,17 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
+    /// The HTTP status this error is answered with.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status_and_code().0
+    }
+
+    /// The text an answer carries: the error itself, or for a server-side failure a pointer
+    /// to the hub's log (the cause stays there).
+    pub(crate) fn public_message(&self) -> String {
+        self.message()
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::MalformedJson { .. } => (StatusCode::BAD_REQUEST, "malformed_json"),

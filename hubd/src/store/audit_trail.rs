@@ -144,7 +144,7 @@ pub(super) fn statement(dialect: Dialect, query: &AuditQuery) -> (String, Vec<Bo
         format!("WHERE {}", clauses.join(" AND "))
     };
     let sql = format!(
-        "SELECT a.host_id, h.hostname, a.seq, a.at_ms, a.action, a.detail
+        "SELECT a.host_id, h.hostname, a.seq, a.at_ms, a.action, a.detail, a.repeats, a.last_at_ms
          FROM audit a LEFT JOIN hosts h ON h.host_id = a.host_id
          {filter}
          ORDER BY a.at_ms DESC, a.host_id DESC, a.seq DESC LIMIT {limit}"
@@ -152,12 +152,21 @@ pub(super) fn statement(dialect: Dialect, query: &AuditQuery) -> (String, Vec<Bo
     (sql, params)
 }
 
-/// A row of [`statement`]: host, hostname, seq, at_ms, action, detail.
-pub(super) type AuditRow = (String, Option<String>, i64, i64, String, String);
+/// A row of [`statement`]: host, hostname, seq, at_ms, action, detail, repeats, last_at_ms.
+pub(super) type AuditRow = (
+    String,
+    Option<String>,
+    i64,
+    i64,
+    String,
+    String,
+    i64,
+    Option<i64>,
+);
 
 /// A row as the API answers it.
 pub(super) fn record(row: AuditRow) -> StoreResult<AuditRecord> {
-    let (host_id, hostname, seq, at_ms, action, detail) = row;
+    let (host_id, hostname, seq, at_ms, action, detail, repeats, last_at_ms) = row;
     Ok(AuditRecord {
         host_id: super::codec::uuid(&host_id)?,
         hostname,
@@ -168,6 +177,8 @@ pub(super) fn record(row: AuditRow) -> StoreResult<AuditRecord> {
             what: "audit detail",
             reason: e.to_string(),
         })?,
+        repeats: super::codec::unsigned(repeats).max(1),
+        last_at: last_at_ms.map(super::codec::ts).transpose()?,
     })
 }
 

@@ -496,6 +496,8 @@ impl<B: Backend> AuditStore for B {
                         r.get(3)?,
                         r.get(4)?,
                         r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
                     ))
                 })?;
             rows.into_iter().map(audit_trail::record).collect()

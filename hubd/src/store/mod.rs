@@ -16,6 +16,7 @@ mod tx;
 pub mod alert_triage;
 mod artifact_files;
 mod artifacts;
+mod audit_keep;
 pub mod audit_trail;
 mod backend;
 pub mod dashboard;

@@ -18,11 +18,11 @@
 
 use bosun_proto::admin::{AlertKind, HostStatus};
 use bosun_proto::delta::ReportDelta;
-use bosun_proto::report::{AuditEntry, StateReport};
+use bosun_proto::report::StateReport;
 use uuid::Uuid;
 
 use super::alert_triage::insert_alert;
-use super::codec::{host_status, signed, unsigned};
+use super::codec::{host_status, unsigned};
 use super::host_key_rotation::HostKeyFacts;
 use super::stored_report::{self, Base, BaseWrite, Live};
 use super::tx::{Row, Tx};
@@ -583,7 +583,7 @@ pub(super) fn record_bookkeeping(
         }
     }
     for entry in &poll.audit {
-        if !keep_audit(tx, &host, entry)? {
+        if !super::audit_keep::keep(tx, &host, row.audit_seq, entry)? {
             continue;
         }
         let Some(finding) = audit::judge(hostname, merged, &entry.action, &entry.detail) else {
@@ -637,21 +637,4 @@ fn ack_job(tx: Tx<'_, '_>, host: &str, job_id: Uuid, now_ms: i64) -> StoreResult
         rusqlite::params![now_ms, job_id.to_string(), host],
     )
     .map(|changed| changed > 0)
-}
-
-/// Keeps an audit entry; whether it is new.
-fn keep_audit(tx: Tx<'_, '_>, host: &str, entry: &AuditEntry) -> StoreResult<bool> {
-    tx.execute(
-        "store audit entry",
-        "INSERT INTO audit (host_id, seq, at_ms, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT DO NOTHING",
-        rusqlite::params![
-            host,
-            signed(entry.seq),
-            entry.at.as_millisecond(),
-            entry.action,
-            entry.detail.to_string()
-        ],
-    )
-    .map(|inserted| inserted > 0)
 }

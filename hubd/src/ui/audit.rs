@@ -55,7 +55,15 @@ pub(crate) fn section(
                             tr {
                                 td data-label="When" { (layout::moment(Some(entry.at), now)) }
                                 td data-label="Seq" class="mono" { (entry.seq) }
-                                td data-label="Action" { (entry.action) }
+                                td data-label="Action" {
+                                    (entry.action)
+                                    @if entry.repeats > 1 {
+                                        " " (layout::badge(&format!("×{}", entry.repeats), "muted"))
+                                        @if let Some(last) = entry.last_at {
+                                            " " span class="muted" { "last " (layout::moment(Some(last), now)) }
+                                        }
+                                    }
+                                }
                                 td data-label="Detail" class="detail mono" {
                                     (bosun_proto::audit_text::one_line(&entry.detail))
                                 }

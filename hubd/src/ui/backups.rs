@@ -11,16 +11,20 @@ use maud::{Markup, html};
 
 use super::layout;
 
-/// One backup line: which tier it belongs to, and the run.
+/// One backup line: which tier it belongs to (its number and its target as the operator
+/// named it, the target's whole identity apart for the cell's title), and the run.
 struct BackupLine<'a> {
     tier: String,
+    target: String,
     schedule: Option<&'a str>,
     run: &'a BackupReport,
 }
 
 /// The report's backups, each placed on its tier (by the tier number the agent tagged, else by
-/// target), in tier order; backups of no known tier come last under their target.
-fn backup_lines(report: &StateReport) -> Vec<BackupLine<'_>> {
+/// target), in tier order; backups of no known tier come last under their target. A tier
+/// names its target by label ([`target_label`]), never by a whole PBS identity whose
+/// fingerprint would take the table's width.
+fn backup_lines<'a>(host: &HostDetail, report: &'a StateReport) -> Vec<BackupLine<'a>> {
     let mut lines: Vec<BackupLine<'_>> = report
         .last_backups
         .iter()
@@ -31,9 +35,10 @@ fn backup_lines(report: &StateReport) -> Vec<BackupLine<'_>> {
             });
             BackupLine {
                 tier: tier.map_or_else(
-                    || format!("{} (no tier)", run.target),
-                    |t| format!("{} · {}", t.tier, t.target),
+                    || format!("{} (no tier)", target_label(host, &run.target)),
+                    |t| format!("{} · {}", t.tier, target_label(host, &t.target)),
                 ),
+                target: tier.map_or_else(|| run.target.clone(), |t| t.target.clone()),
                 schedule: tier.map(|t| t.schedule.as_str()),
                 run,
             }
@@ -65,7 +70,7 @@ pub(crate) fn tiers(host: &HostDetail, now: Timestamp) -> Markup {
     let lines = host
         .last_report
         .as_ref()
-        .map(backup_lines)
+        .map(|report| backup_lines(host, report))
         .unwrap_or_default();
     html! {
         @if lines.is_empty() {
@@ -82,8 +87,8 @@ pub(crate) fn tiers(host: &HostDetail, now: Timestamp) -> Markup {
                             @let run = line.run;
                             @let good = run.ok.then_some(run.finished_at).max(run.last_ok_at);
                             tr {
-                                td data-label="Tier" { (line.tier) }
-                                td data-label="Guest" { (guest_name(host, run.guest_id)) }
+                                td data-label="Tier" title=(line.target) { (line.tier) }
+                                td data-label="Guest" class="name" { (guest_name(host, run.guest_id)) }
                                 td data-label="Last good" {
                                     @if let Some(at) = good {
                                         (layout::moment(Some(at), now))
@@ -154,7 +159,7 @@ pub(crate) fn restore_tests(host: &HostDetail, now: Timestamp) -> Markup {
                             @let verdict = RestoreVerdict::of(t);
                             @let last_passed = verdict.passed().then_some(t.finished_at).max(t.last_passed_at);
                             tr {
-                                td data-label="Guest" { (guest_name(host, t.guest_id)) }
+                                td data-label="Guest" class="name" { (guest_name(host, t.guest_id)) }
                                 td data-label="Tier" { (t.tier.as_deref().unwrap_or("-")) }
                                 td data-label="Outcome" {
                                     @let class = match verdict {

@@ -30,12 +30,33 @@ pub(crate) enum UiError {
     /// A login or logout posted without this hub's `Origin`.
     #[error("the form was not posted from this hub's own pages")]
     CrossOrigin,
-    /// The login body is over the limit.
-    #[error("the login form exceeds {limit} bytes or was cut off")]
+    /// A form's body is over the limit.
+    #[error("the {what} form exceeds {limit} bytes or was cut off")]
     TooLarge {
+        /// Which form.
+        what: &'static str,
         /// The limit.
         limit: usize,
     },
+    /// A form that changes state was posted without the session's form token, or with
+    /// another one.
+    #[error("the form does not carry this session's form token: reload the page and send it again")]
+    FormToken,
+    /// The session's token may not do what the form asks.
+    #[error("the token `{token}` is a `{role}` token; {action} needs `{needed}` or `admin`")]
+    Forbidden {
+        /// The session's operator token.
+        token: String,
+        /// Its role.
+        role: bosun_proto::operator_token::Role,
+        /// The role the action needs.
+        needed: bosun_proto::operator_token::Role,
+        /// What was asked.
+        action: &'static str,
+    },
+    /// The admin API's own logic refused or failed the action the form asked for.
+    #[error("{}", .0.public_message())]
+    Api(#[source] crate::api::error::ApiError),
     /// Too many failed logins lately.
     #[error("too many failed logins; try again in {}s", crate::auth_limit::retry_after_secs(*wait))]
     TooManyLogins {
@@ -61,11 +82,12 @@ impl IntoResponse for UiError {
             Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            Self::CrossOrigin => StatusCode::FORBIDDEN,
+            Self::CrossOrigin | Self::FormToken | Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Api(api) => api.status(),
             Self::TooManyLogins { .. } => StatusCode::TOO_MANY_REQUESTS,
         };
-        if let Self::Store(_) = &self {
+        if matches!(&self, Self::Store(_)) || status.is_server_error() {
             tracing::error!(
                 error = %bosun_errchain::error_chain(&self),
                 "dashboard page failed"
@@ -76,6 +98,8 @@ impl IntoResponse for UiError {
                 h1 { (status.canonical_reason().unwrap_or("Error")) }
                 @if let Self::Store(_) = &self {
                     p { "The hub could not read its store; its log has the cause." }
+                } @else if status.is_server_error() {
+                    p { "The hub could not do it; its log has the cause." }
                 } @else {
                     p { (self.to_string()) }
                 }

@@ -64,6 +64,9 @@ pub(crate) async fn page(
         })
         .await?;
     let now = ui.hub.clock().now();
+    // Each host's id as the shortest prefix that tells the hosts apart, as every bosunctl
+    // command and `/ui/hosts/{id}` take it back; the whole id on hover.
+    let id_len = bosun_proto::ids::unique_len(hosts.iter().map(|h| &h.host_id));
     let body = html! {
         h1 { "Fleet" }
         (banners(&hosts, &facts))
@@ -84,17 +87,17 @@ pub(crate) async fn page(
             div class="scroll" {
                 table class="stack" id="hosts" {
                     thead { tr {
-                        th { "Host" } th { "State" } th { "Last seen" } th { "Generation" }
+                        th { "Host" } th { "Host id" } th { "State" } th { "Last seen" } th { "Generation" }
                         th { "Agent" } th { "Golden base" } th { "Queued jobs" } th { "Escrow" } th { "Open alerts" }
                     } }
                     tbody {
-                        @for host in &hosts { (row(host, &facts, now)) }
+                        @for host in &hosts { (row(host, &facts, now, id_len)) }
                     }
                 }
             }
         }
         h2 { "Open alerts" }
-        (logs::open_table(&facts.open_alerts[..facts.open_alerts.len().min(OPEN_ALERTS_SHOWN)], now))
+        (logs::open_table(&facts.open_alerts[..facts.open_alerts.len().min(OPEN_ALERTS_SHOWN)], now, None))
         @if facts.open_alerts.len() > OPEN_ALERTS_SHOWN {
             p { a href="/ui/alerts" { "All " (facts.open_alerts.len()) " open alerts" } }
         }
@@ -189,7 +192,7 @@ fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
     }
 }
 
-fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Markup {
+fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp, id_len: usize) -> Markup {
     let open: Vec<_> = facts
         .open_alerts
         .iter()
@@ -211,6 +214,9 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
             td data-label="Host" {
                 (layout::host_link(host.host_id, &host.hostname))
                 @for (key, value) in &host.labels { " " span class="badge" { (key) "=" (value) } }
+            }
+            td data-label="Host id" class="mono host-id" title=(host.host_id) {
+                (bosun_proto::ids::shown(&host.host_id, id_len))
             }
             td data-label="State" { (layout::badge(state, class)) }
             td data-label="Last seen" { (layout::moment(host.last_seen, now)) }

@@ -98,7 +98,7 @@ pub(crate) async fn page(
         h2 { "Storage targets" }
         (backups::storage(host))
         h2 { "Open alerts" }
-        (logs::open_table(&view.facts.open_alerts, now))
+        (logs::open_table(&view.facts.open_alerts, now, None))
         h2 { "Recent alerts" }
         (logs::alerts_table(&view.facts.recent_alerts, now, false))
         h2 { "Jobs" }

@@ -84,8 +84,9 @@ pub(crate) fn page(title: &str, active: Nav, now: Timestamp, body: Markup) -> Ht
                 }
                 main { (body) }
                 footer {
-                    "Read-only view at " (when(now))
-                    ". Changes go through bosunctl: the admin API and signed jobs."
+                    "View at " (when(now))
+                    ". Alerts may be acknowledged and silenced here; every other change goes \
+                     through bosunctl: the admin API and signed jobs."
                 }
             }
         }
@@ -111,11 +112,14 @@ pub(crate) fn ago(at: Timestamp, now: Timestamp) -> String {
     }
 }
 
-/// A time with its age, or a dash.
+/// A time with its age and beside it the time itself in UTC, so a page saved and read later
+/// still says when (its age is the age when the page was made), or a dash.
 pub(crate) fn moment(at: Option<Timestamp>, now: Timestamp) -> Markup {
     html! {
         @if let Some(at) = at {
-            time datetime=(at.to_string()) title=(when(at)) { (ago(at, now)) }
+            time datetime=(at.to_string()) title=(when(at)) {
+                (ago(at, now)) " " span class="abs" { "(" (when(at)) ")" }
+            }
         } @else {
             span class="muted" { "never" }
         }

@@ -63,7 +63,7 @@ fn login_page(status: StatusCode, problem: Option<&str>) -> Response {
 pub(crate) async fn submit(State(ui): State<Ui>, request: Request) -> Result<Response, UiError> {
     same_origin(request.headers(), request.uri())?;
     let peer = crate::auth_limit::peer(request.extensions());
-    let form = read_form(request).await?;
+    let form: LoginForm = read_form(request, MAX_LOGIN_BODY, "login").await?;
     if let Err(wait) = ui.limiter.admit(peer) {
         tracing::warn!(
             peer = peer.map(tracing::field::display),
@@ -104,8 +104,12 @@ pub(crate) async fn submit(State(ui): State<Ui>, request: Request) -> Result<Res
         .into_response())
 }
 
-/// Reads the bounded urlencoded body.
-async fn read_form(request: Request) -> Result<LoginForm, UiError> {
+/// Reads a form's bounded urlencoded body (at most `limit` bytes); `what` names the form.
+pub(crate) async fn read_form<T: serde::de::DeserializeOwned>(
+    request: Request,
+    limit: usize,
+    what: &'static str,
+) -> Result<T, UiError> {
     let urlencoded = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -117,26 +121,24 @@ async fn read_form(request: Request) -> Result<LoginForm, UiError> {
         });
     if !urlencoded {
         return Err(UiError::BadRequest {
-            message: "the login form is sent as application/x-www-form-urlencoded".to_owned(),
+            message: format!("the {what} form is sent as application/x-www-form-urlencoded"),
         });
     }
-    let too_large = UiError::TooLarge {
-        limit: MAX_LOGIN_BODY,
-    };
+    let too_large = UiError::TooLarge { what, limit };
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_LOGIN_BODY as u64) {
+    if declared.is_some_and(|len| len > limit as u64) {
         return Err(too_large);
     }
     // Without a length, reading stops at the limit: a longer body (or one cut off) is refused.
-    let body = axum::body::to_bytes(request.into_body(), MAX_LOGIN_BODY)
+    let body = axum::body::to_bytes(request.into_body(), limit)
         .await
         .map_err(|_| too_large)?;
-    serde_urlencoded::from_bytes(&body).map_err(|_| UiError::BadRequest {
-        message: "the login form has no token field".to_owned(),
+    serde_urlencoded::from_bytes(&body).map_err(|e| UiError::BadRequest {
+        message: format!("the {what} form lacks a field or has a bad one: {e}"),
     })
 }
 
@@ -163,7 +165,7 @@ pub(crate) async fn logout(
 /// `no-referrer` and browsers then send `Origin: null` on a form post, `Sec-Fetch-Site:
 /// same-origin`, a header no page can set. A request that names another site in either is
 /// refused, and so is one that names no site at all.
-fn same_origin(headers: &HeaderMap, uri: &Uri) -> Result<(), UiError> {
+pub(crate) fn same_origin(headers: &HeaderMap, uri: &Uri) -> Result<(), UiError> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let host = uri
         .authority()

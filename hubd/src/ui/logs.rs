@@ -20,7 +20,10 @@ pub(crate) const PAGE_ROWS: u32 = 200;
 const MAX_DETAIL_CHARS: usize = 400;
 
 /// `GET /ui/alerts`.
-pub(crate) async fn alerts(State(ui): State<Ui>) -> Result<Html<String>, UiError> {
+pub(crate) async fn alerts(
+    State(ui): State<Ui>,
+    acting: super::session::Acting,
+) -> Result<Html<String>, UiError> {
     let now_ms = ui.hub.clock().now_ms();
     let facts = ui
         .hub
@@ -36,7 +39,7 @@ pub(crate) async fn alerts(State(ui): State<Ui>) -> Result<Html<String>, UiError
     let body = html! {
         h1 { "Alerts" }
         h2 { "Open" }
-        (open_table(&facts.open_alerts, now))
+        (open_table(&facts.open_alerts, now, Some(&acting)))
         h2 { "Newest " (PAGE_ROWS) " raised" }
         (alerts_table(&facts.recent_alerts, now, true))
     };
@@ -103,15 +106,23 @@ pub(crate) async fn events(
     Ok(layout::page("Events", Nav::Events, now, body))
 }
 
-/// Open alerts, oldest first.
-pub(crate) fn open_table(open: &[OpenAlert], now: Timestamp) -> Markup {
+/// Open alerts, oldest first; with `triage`, each with its acknowledge and silence controls
+/// for the session's token.
+pub(crate) fn open_table(
+    open: &[OpenAlert],
+    now: Timestamp,
+    triage: Option<&super::session::Acting>,
+) -> Markup {
     html! {
         @if open.is_empty() {
             p class="empty" id="open-alerts" { "No open alerts." }
         } @else {
             div class="scroll" {
                 table class="stack" id="open-alerts" {
-                    thead { tr { th { "Since" } th { "Host" } th { "Kind" } th { "Message" } } }
+                    thead { tr {
+                        th { "Since" } th { "Host" } th { "Kind" } th { "Message" }
+                        @if triage.is_some() { th { "Triage" } }
+                    } }
                     tbody {
                         @for alert in open {
                             tr {
@@ -131,6 +142,9 @@ pub(crate) fn open_table(open: &[OpenAlert], now: Timestamp) -> Markup {
                                     @if let Some(id) = alert.silenced_by {
                                         " " (layout::badge(&format!("silenced #{id}"), "muted"))
                                     }
+                                }
+                                @if let Some(acting) = triage {
+                                    td data-label="Triage" { (super::triage::controls(alert, acting)) }
                                 }
                             }
                         }

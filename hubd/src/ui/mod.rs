@@ -1,4 +1,4 @@
-//! The operator dashboard: read-only HTML pages rendered on the server from the live store,
+//! The operator dashboard: HTML pages rendered on the server from the live store,
 //! with no script, no external asset and no JS toolchain.
 //!
 //! ```text
@@ -10,13 +10,16 @@
 //!  GET  /ui/            fleet                        ┐ behind the `Operator` extractor, a
 //!  GET  /ui/hosts/{id}  one host                     │ route layer: no session → 303 to
 //!  GET  /ui/alerts      open and recent alerts       │ /ui/login
-//!  GET  /ui/events      the event log                ┘
+//!  POST /ui/alerts/ack  acknowledge an open alert    │ (operator and admin tokens, this
+//!  POST /ui/alerts/silence  silence one for a while  │ hub's Origin and the session's
+//!  GET  /ui/events      the event log                ┘ form token)
 //! ```
 //!
 //! Every answer carries a strict Content-Security-Policy (`default-src 'none'`, the served
 //! stylesheet only, no frames), `Referrer-Policy: no-referrer` and `Cache-Control: no-store`.
-//! Nothing here changes the hub's state except a login or a logout: desired state and jobs
-//! stay with the admin API and operator-signed jobs. Sessions live in memory (a restart logs
+//! Nothing here changes the hub's state but a login, a logout, and an alert acknowledged or
+//! silenced (through the admin API's own logic, `ui::triage`): desired state and jobs stay with
+//! the admin API and operator-signed jobs. Sessions live in memory (a restart logs
 //! every operator out); the hub keeps only the SHA-256 of each session id.
 
 mod assets;
@@ -36,6 +39,7 @@ mod login;
 mod logs;
 mod profile;
 mod session;
+mod triage;
 mod verify;
 
 use std::sync::Arc;
@@ -76,6 +80,8 @@ pub fn router(hub: Hub, limiter: Arc<crate::auth_limit::AuthLimiter>) -> Router<
         .route("/ui/", get(fleet::page))
         .route("/ui/hosts/{host_id}", get(host::page))
         .route("/ui/alerts", get(logs::alerts))
+        .route("/ui/alerts/ack", post(triage::ack))
+        .route("/ui/alerts/silence", post(triage::silence))
         .route("/ui/events", get(logs::events))
         .route("/ui/{*rest}", get(error::not_found))
         .route_layer(middleware::from_extractor_with_state::<session::Operator, Ui>(ui.clone()));

@@ -46,13 +46,45 @@ pub(crate) struct Sessions {
     live: Mutex<HashMap<[u8; 32], Session>>,
 }
 
-/// One session: its expiry (Unix ms on the hub's clock) and the token that logged in.
+/// One session: its expiry (Unix ms on the hub's clock), the token that logged in, and the
+/// session's form token ([`Acting::csrf`]).
 #[derive(Debug, Clone)]
 struct Session {
     expires_ms: i64,
     token: SecretHash,
     name: String,
     role: Role,
+    csrf: FormToken,
+}
+
+/// A session's form token: random, made at login, sent in the pages' forms that change state
+/// and compared in constant time when one is posted. `Debug` does not show it.
+#[derive(Clone)]
+pub(crate) struct FormToken(String);
+
+impl FormToken {
+    fn new() -> Self {
+        let mut raw = [0u8; 32];
+        rand::rng().fill_bytes(&mut raw);
+        Self(URL_SAFE_NO_PAD.encode(raw))
+    }
+
+    /// The value a page puts in its forms' hidden `csrf` field.
+    pub(crate) fn value(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `presented` is this token (compared in constant time).
+    pub(crate) fn matches(&self, presented: &str) -> bool {
+        use subtle::ConstantTimeEq as _;
+        bool::from(self.0.as_bytes().ct_eq(presented.as_bytes()))
+    }
+}
+
+impl std::fmt::Debug for FormToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FormToken(..)")
+    }
 }
 
 impl std::fmt::Debug for Sessions {
@@ -112,6 +144,7 @@ impl Sessions {
                 token,
                 name: caller.name().to_owned(),
                 role: caller.role(),
+                csrf: FormToken::new(),
             },
         );
         NewSession {
@@ -165,8 +198,9 @@ fn presented(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The live session the request carries, if any, with its token still valid: a session whose
-/// token was revoked, rotated or has expired is ended here.
-async fn logged_in(ui: &Ui, headers: &HeaderMap) -> Option<(String, Role)> {
+/// token was revoked, rotated or has expired is ended here. The token's name and role are read
+/// again from the store, so a changed role counts from the next page on.
+async fn logged_in(ui: &Ui, headers: &HeaderMap) -> Option<Acting> {
     let id = presented(headers)?;
     let session = ui.sessions.check(id, ui.hub.clock().now_ms())?;
     let token = session.token;
@@ -186,9 +220,11 @@ async fn logged_in(ui: &Ui, headers: &HeaderMap) -> Option<(String, Role)> {
         }
     };
     match current {
-        Some(record) if record.hash.matches(&token) && record.live_at(now_ms) => {
-            Some((record.name, record.role))
-        }
+        Some(record) if record.hash.matches(&token) && record.live_at(now_ms) => Some(Acting {
+            name: record.name,
+            role: record.role,
+            csrf: session.csrf,
+        }),
         _ => {
             ui.sessions.end(id);
             tracing::info!(
@@ -213,7 +249,8 @@ pub(crate) fn end(ui: &Ui, headers: &HeaderMap) -> bool {
 
 /// Proof that the request carries a live dashboard session whose token still works: only
 /// this extractor makes one, and the dashboard router runs it as a route layer in front of
-/// every page. The token's name goes on the request's span.
+/// every page. The token's name goes on the request's span, and who acts ([`Acting`]) into the
+/// request's extensions for the page to read.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Operator {
     _proof: (),
@@ -224,10 +261,46 @@ impl FromRequestParts<Ui> for Operator {
 
     async fn from_request_parts(parts: &mut Parts, ui: &Ui) -> Result<Self, Self::Rejection> {
         match logged_in(ui, &parts.headers).await {
-            Some((name, _role)) => {
-                tracing::Span::current().record("token", name.as_str());
+            Some(acting) => {
+                tracing::Span::current().record("token", acting.name.as_str());
+                parts.extensions.insert(acting);
                 Ok(Self { _proof: () })
             }
+            None => Err(Redirect::to("/ui/login").into_response()),
+        }
+    }
+}
+
+/// Who a page acts for: the session's operator token (name and role, as the store holds them
+/// now) and the session's form token. Only [`Operator`] makes one, so a handler that takes it
+/// runs behind a checked session.
+#[derive(Debug, Clone)]
+pub(crate) struct Acting {
+    /// The operator token's name.
+    pub(crate) name: String,
+    /// Its role.
+    pub(crate) role: Role,
+    /// The session's form token.
+    pub(crate) csrf: FormToken,
+}
+
+impl Acting {
+    /// Whether the token may change alerts (acknowledge, silence): `operator` and `admin`, as
+    /// the admin API's routes allow them.
+    pub(crate) fn may_triage(&self) -> bool {
+        self.role.allows(Role::Operator)
+    }
+}
+
+impl FromRequestParts<Ui> for Acting {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, ui: &Ui) -> Result<Self, Self::Rejection> {
+        if let Some(acting) = parts.extensions.get::<Acting>() {
+            return Ok(acting.clone());
+        }
+        match logged_in(ui, &parts.headers).await {
+            Some(acting) => Ok(acting),
             None => Err(Redirect::to("/ui/login").into_response()),
         }
     }
@@ -267,6 +340,9 @@ mod tests {
             (session.name.as_str(), session.role),
             ("alice", Role::Viewer)
         );
+        assert!(session.csrf.matches(session.csrf.value()));
+        assert!(!session.csrf.matches(""));
+        assert!(!format!("{session:?}").contains(session.csrf.value()));
         assert!(sessions.check(&id, 1_000 + ttl).is_none());
         assert_eq!(sessions.len(), 0, "an expired session is forgotten");
     }

@@ -204,16 +204,26 @@ pub async fn run() {
 
 /// The host page's history as the browser lays it out: a chart per series the host reported
 /// (CPU, its peak, memory, root disk, poll time, backups; alpha names no pool), each an inline
-/// SVG with a drawn line of some length, at least 200 px wide and never past the page's right
-/// edge, captioned in words; the page runs no script.
+/// SVG at least 200 px wide and never past the page's right edge, captioned in words; the page
+/// runs no script. Alpha polled over 200 s of the hub's clock: one five-minute bucket or two.
+/// Each sample is a round dot inside the chart (a stroke from a lone one to the bucket's end
+/// ran off the right edge, and the chart looked empty); one is captioned `1 sample`, two are
+/// joined by a line and captioned with their mean, high and the newest bucket's figure, never
+/// "now".
 async fn history_charts_drawn(page: &chromiumoxide::Page) {
     let charts = eval(
         page,
         "Array.from(document.querySelectorAll('#history figure.chart')).map(f => { \
            const svg = f.querySelector('svg'); const r = svg.getBoundingClientRect(); \
            const line = svg.querySelector('path.line'); \
+           const dot = svg.querySelector('path.dot'); const box = dot ? dot.getBBox() : null; \
+           const style = dot ? getComputedStyle(dot) : null; \
            return { id: f.id, width: r.width, height: r.height, right: r.right, \
-                    length: line.getTotalLength(), caption: f.querySelector('figcaption').innerText, \
+                    length: line ? line.getTotalLength() : 0, \
+                    dot_x: box ? box.x : -1, dot_y: box ? box.y : -1, \
+                    dot_width: style ? parseFloat(style.strokeWidth) : 0, \
+                    dot_cap: style ? style.strokeLinecap : '', \
+                    caption: f.querySelector('figcaption').innerText, \
                     title: svg.querySelector('title').textContent, \
                     axis: Array.from(f.querySelectorAll('.axis span')).map(a => a.textContent).join('|') }; })",
     )
@@ -235,34 +245,45 @@ async fn history_charts_drawn(page: &chromiumoxide::Page) {
         .await
         .as_f64()
         .unwrap();
+    let one_sample = charts[0]["caption"].as_str().unwrap().contains("1 sample");
     for chart in charts {
         let number = |key: &str| chart[key].as_f64().unwrap();
-        // alpha polled for a few minutes of the day: a stroke at least a 48th of the width.
+        let caption = chart["caption"].as_str().unwrap();
+        // Each of a few samples is a round dot inside the chart, whatever line joins them.
         assert!(
-            number("length") >= number("width") / 60.0,
-            "nothing drawn: {chart}"
+            (0.0..=288.0).contains(&number("dot_x")) && (0.0..=48.0).contains(&number("dot_y")),
+            "the sample's dot is not inside the chart: {chart}"
         );
+        assert!(
+            number("dot_width") >= 4.0 && chart["dot_cap"] == "round",
+            "the dot would not show: {chart}"
+        );
+        if one_sample {
+            assert_eq!(number("length"), 0.0, "one sample is no line: {chart}");
+            assert!(caption.contains("1 sample: "), "{chart}");
+        } else {
+            assert!(number("length") > 0.0, "two samples are a line: {chart}");
+            assert!(
+                caption.contains("high") && caption.contains("last 5 min"),
+                "{chart}"
+            );
+        }
+        assert!(!caption.contains("now"), "{chart}");
         assert!(
             number("width") >= 200.0 && number("height") >= 30.0,
             "too small to read: {chart}"
         );
         assert!(number("right") <= page_width, "past the edge: {chart}");
-        let caption = chart["caption"].as_str().unwrap();
-        assert!(
-            caption.contains("mean") && caption.contains("now"),
-            "{chart}"
-        );
-        assert!(chart["title"].as_str().unwrap().contains("mean"), "{chart}");
+        let said = if one_sample { "1 sample" } else { "high" };
+        assert!(chart["title"].as_str().unwrap().contains(said), "{chart}");
         assert_eq!(chart["axis"], "24h ago|now", "{chart}");
     }
     // alpha reported 10% CPU in every poll.
+    let cpu = charts[0]["caption"].as_str().unwrap();
     assert!(
-        charts[0]["caption"]
-            .as_str()
-            .unwrap()
-            .contains("mean 10%, high 10%, now 10%"),
-        "{:?}",
-        charts[0]
+        cpu.ends_with("1 sample: 10% (last 5 min)")
+            || cpu.ends_with("mean 10%, high 10%, last 5 min 10%"),
+        "{cpu}"
     );
     assert_eq!(eval(page, "document.scripts.length").await, 0);
 }

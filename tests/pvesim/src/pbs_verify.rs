@@ -14,7 +14,8 @@
 //! group's backups (at `time_scale` 1, at least 50 ms) and fails when a snapshot's chunks are
 //! damaged. `POST /_sim/remotes/{server}/chunks/damage` (admin) damages a guest's chunks: every
 //! snapshot of the group then fails verification, and restores from it fail as an unreadable
-//! archive does.
+//! archive does. `POST /_sim/remotes/{server}/chunks/repair` (same body) heals them, as a pull
+//! sync from an intact replica rewrites the chunks a verify found bad.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -289,9 +290,11 @@ fn start_verify(
     reply(StatusCode::OK, &json!({ "data": answer }))
 }
 
-/// The admin routes: `POST /_sim/remotes/{server}/chunks/damage`.
+/// The admin routes: `POST /_sim/remotes/{server}/chunks/damage` and `…/chunks/repair`.
 pub(crate) fn routes() -> Router<App> {
-    Router::new().route("/_sim/remotes/{server}/chunks/damage", post(damage_chunks))
+    Router::new()
+        .route("/_sim/remotes/{server}/chunks/damage", post(damage_chunks))
+        .route("/_sim/remotes/{server}/chunks/repair", post(repair_chunks))
 }
 
 /// The body of `POST /_sim/remotes/{server}/chunks/damage`.
@@ -308,6 +311,21 @@ pub struct ChunkDamage {
 
 /// Damages the chunks of one guest's group: `Err` when the group has no snapshot.
 pub(crate) fn damage(shared: &Shared, server: &str, damage: &ChunkDamage) -> Result<usize, String> {
+    set_unreadable(shared, server, damage, true)
+}
+
+/// Heals the chunks of one guest's group (its snapshots verify and restore again): `Err`
+/// when the group has no snapshot.
+pub(crate) fn repair(shared: &Shared, server: &str, group: &ChunkDamage) -> Result<usize, String> {
+    set_unreadable(shared, server, group, false)
+}
+
+fn set_unreadable(
+    shared: &Shared,
+    server: &str,
+    damage: &ChunkDamage,
+    unreadable: bool,
+) -> Result<usize, String> {
     let prefix = format!("backup/ct/{}/", damage.vmid);
     let mut st = shared.state.lock();
     let group = st
@@ -316,14 +334,19 @@ pub(crate) fn damage(shared: &Shared, server: &str, damage: &ChunkDamage) -> Res
     let mut count = 0;
     for volume in group.iter_mut().filter(|v| v.volid.starts_with(&prefix)) {
         if let Some(archive) = volume.archive.as_mut() {
-            archive.unreadable = true;
+            archive.unreadable = unreadable;
             count += 1;
         }
     }
     if count == 0 {
         return Err(format!("no snapshot of ct/{} on {server}", damage.vmid));
     }
-    tracing::info!(%server, vmid = damage.vmid, snapshots = count, "pbs chunks damaged");
+    let what = if unreadable {
+        "pbs chunks damaged"
+    } else {
+        "pbs chunks repaired"
+    };
+    tracing::info!(%server, vmid = damage.vmid, snapshots = count, "{what}");
     Ok(count)
 }
 
@@ -336,5 +359,17 @@ async fn damage_chunks(
     crate::admin::authorized(&app, &headers).map_err(|s| (s, String::new()))?;
     damage(&app.shared, &server, &body)
         .map(|count| Json(json!({ "damaged": count })))
+        .map_err(|e| (StatusCode::NOT_FOUND, e))
+}
+
+async fn repair_chunks(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(server): Path<String>,
+    Json(body): Json<ChunkDamage>,
+) -> Result<Json<Value>, (StatusCode, String)> {
+    crate::admin::authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    repair(&app.shared, &server, &body)
+        .map(|count| Json(json!({ "repaired": count })))
         .map_err(|e| (StatusCode::NOT_FOUND, e))
 }

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 22;
+pub const MATCHES_SQLITE_VERSION: usize = 23;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -366,5 +366,13 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (host_id, key)
     );
     CREATE INDEX host_labels_by_label ON host_labels (key, value);
+    ",
+    // 17: the SQLite schema at version 23: repeated audit entries counted (decision 0106).
+    r"
+    ALTER TABLE audit ADD COLUMN repeats BIGINT NOT NULL DEFAULT 1;
+    ALTER TABLE audit ADD COLUMN last_seq BIGINT;
+    ALTER TABLE audit ADD COLUMN last_at_ms BIGINT;
+    ALTER TABLE audit ADD COLUMN subject TEXT;
+    CREATE INDEX audit_by_subject ON audit (host_id, subject, seq);
     ",
 ];

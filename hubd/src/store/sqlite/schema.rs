@@ -425,4 +425,14 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX host_labels_by_label ON host_labels (key, value);
     ",
+    // 23: an audit entry that repeats its subject's newest row is counted on it (decision
+    // 0106): how many times, the last one's sequence number and time, and the subject that
+    // finds the row.
+    r"
+    ALTER TABLE audit ADD COLUMN repeats INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE audit ADD COLUMN last_seq INTEGER;
+    ALTER TABLE audit ADD COLUMN last_at_ms INTEGER;
+    ALTER TABLE audit ADD COLUMN subject TEXT;
+    CREATE INDEX audit_by_subject ON audit (host_id, subject, seq);
+    ",
 ];
