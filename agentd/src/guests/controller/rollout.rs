@@ -173,6 +173,8 @@ impl Progress {
                 | StepName::Restore
                 | StepName::ReadConfig
                 | StepName::ResetIdentity
+                | StepName::AssignAddress
+                | StepName::SetAddress
                 | StepName::GuardNet
                 | StepName::GuardFirewall
                 | StepName::ReadFirewall

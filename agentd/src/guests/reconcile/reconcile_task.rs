@@ -489,6 +489,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 resources: None,
                 controller_digest: None,
                 controller_expected: None,
+                addresses: Vec::new(),
             });
         let guests = observed
             .guests
@@ -528,6 +529,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     resources,
                     controller_digest: None,
                     controller_expected: None,
+                    addresses: o.addresses.iter().map(ToString::to_string).collect(),
                 }
             })
             .chain(lost)
@@ -581,6 +583,7 @@ fn provisioning_reporter(
                 resources: None,
                 controller_digest: None,
                 controller_expected: None,
+                addresses: Vec::new(),
             });
         });
     })
