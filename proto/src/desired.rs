@@ -15,8 +15,8 @@ mod hot;
 pub mod network;
 pub mod order;
 pub use hot::{HotVolume, MAX_HOT_VOLUMES};
-pub use network::{GuestNetwork, StaticAddress};
 pub(crate) use hot::{check_name as check_volume_name, check_path as check_volume_path};
+pub use network::{GuestNetwork, StaticAddress};
 
 /// The schema name of [`DesiredState`].
 pub use crate::schema_ids::DESIRED as SCHEMA;
@@ -589,7 +589,11 @@ impl DesiredState {
             let at = |f: &str| format!("guests[{i}].{f}");
             guest.validate(i)?;
             // Two guests never get one address.
-            for address in guest.network.iter().flat_map(GuestNetwork::static_addresses) {
+            for address in guest
+                .network
+                .iter()
+                .flat_map(GuestNetwork::static_addresses)
+            {
                 if !addresses.insert(address) {
                     return Err(ValidationError::Duplicate {
                         field: at("network"),

@@ -149,7 +149,10 @@ impl RawAddresses {
     pub(crate) fn settings(self) -> Result<AddressPool, ConfigError> {
         let bridge = self.bridge.unwrap_or_else(|| "vmbr0".to_owned());
         if !bridge_name_ok(&bridge) {
-            return Err(bad("addresses.bridge", "expected 1 to 16 of [A-Za-z0-9_.-]"));
+            return Err(bad(
+                "addresses.bridge",
+                "expected 1 to 16 of [A-Za-z0-9_.-]",
+            ));
         }
         if let Some(tag) = self.tag
             && !(1..=4094).contains(&tag)

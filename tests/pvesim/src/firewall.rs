@@ -151,7 +151,22 @@ pub(crate) fn passes_ipfilter(
             .ok()?;
         let [a, b, c, d, e, f] = <[u8; 6]>::try_from(bytes).ok()?;
         Some(std::net::IpAddr::V6(std::net::Ipv6Addr::from([
-            0xfe, 0x80, 0, 0, 0, 0, 0, 0, a ^ 0x02, b, c, 0xff, 0xfe, d, e, f,
+            0xfe,
+            0x80,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            a ^ 0x02,
+            b,
+            c,
+            0xff,
+            0xfe,
+            d,
+            e,
+            f,
         ])))
     });
     configured.chain(link_local).any(|a| a == source)
@@ -171,7 +186,12 @@ mod tests {
         let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
         assert!(passes_ipfilter(true, &on, net, ip("192.0.2.100")));
         assert!(!passes_ipfilter(true, &on, net, ip("192.0.2.101")));
-        assert!(passes_ipfilter(true, &on, net, ip("fe80::be24:11ff:fe00:1")));
+        assert!(passes_ipfilter(
+            true,
+            &on,
+            net,
+            ip("fe80::be24:11ff:fe00:1")
+        ));
         // A lease is in no set.
         let dhcp = "name=eth0,bridge=vmbr0,ip=dhcp,firewall=1";
         assert!(!passes_ipfilter(true, &on, dhcp, ip("10.99.0.100")));

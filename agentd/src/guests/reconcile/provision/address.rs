@@ -32,7 +32,9 @@ use crate::ops::operation::{OpJournal, StepError, StepName};
 #[derive(Debug, thiserror::Error)]
 pub enum AddressRefusal {
     /// Desired state names an address of a family the host has no pool for.
-    #[error("guest {guest_id}: {family} address {address} named, but the host has no {family} pool to bound it")]
+    #[error(
+        "guest {guest_id}: {family} address {address} named, but the host has no {family} pool to bound it"
+    )]
     NoPool {
         /// The guest.
         guest_id: String,
@@ -42,7 +44,9 @@ pub enum AddressRefusal {
         address: IpAddr,
     },
     /// Desired state names an address outside the pool's prefix, or its gateway.
-    #[error("guest {guest_id}: address {address} is outside the host's pool prefix or is its gateway")]
+    #[error(
+        "guest {guest_id}: address {address} is outside the host's pool prefix or is its gateway"
+    )]
     OutsidePool {
         /// The guest.
         guest_id: String,
@@ -210,9 +214,9 @@ async fn held_on_node<P: Pve>(pve: &P) -> Result<Vec<IpAddr>, AddressRefusal> {
         .collect();
     for ct in pve.list_cts().await.map_err(unread)? {
         match pve.ct_config(ct.vmid).await {
-            Ok(config) => held.extend(crate::guests::reconcile::network_guard::configured_addresses(
-                &config,
-            )),
+            Ok(config) => {
+                held.extend(crate::guests::reconcile::network_guard::configured_addresses(&config))
+            }
             // Gone between the list and the read: it holds nothing now.
             Err(e) if e.is_missing() => {}
             Err(e) => return Err(unread(e)),
@@ -254,7 +258,10 @@ impl<P: Pve + 'static> Provisioner<P> {
             });
         }
         let Some(pool) = &self.addresses else {
-            if let Some(named) = spec.network.as_ref().and_then(|n| n.static_addresses().next())
+            if let Some(named) = spec
+                .network
+                .as_ref()
+                .and_then(|n| n.static_addresses().next())
             {
                 return Err(failed(AddressRefusal::NoPool {
                     guest_id,
@@ -267,8 +274,18 @@ impl<P: Pve + 'static> Provisioner<P> {
         let network = spec.network.clone().unwrap_or_default();
         let (bridge, tag) = link_of(&guest_id, spec, pool).map_err(failed)?;
         let sources = [
-            source_of(&guest_id, Family::V4, network.ipv4.as_ref(), pool.ipv4.as_ref()),
-            source_of(&guest_id, Family::V6, network.ipv6.as_ref(), pool.ipv6.as_ref()),
+            source_of(
+                &guest_id,
+                Family::V4,
+                network.ipv4.as_ref(),
+                pool.ipv4.as_ref(),
+            ),
+            source_of(
+                &guest_id,
+                Family::V6,
+                network.ipv6.as_ref(),
+                pool.ipv6.as_ref(),
+            ),
         ]
         .into_iter()
         .collect::<Result<Vec<_>, _>>()

@@ -79,7 +79,9 @@ fn the_families_are_held_apart() {
         prefix: 64,
         gateway: None,
     };
-    new(store.assign_address("a", &pool("10.1.0.2", "10.1.0.9"), &[]).unwrap());
+    new(store
+        .assign_address("a", &pool("10.1.0.2", "10.1.0.9"), &[])
+        .unwrap());
     assert_eq!(
         new(store.assign_address("a", &v6, &[]).unwrap()),
         ip("2001:db8::10")
