@@ -964,6 +964,7 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
             }),
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         ..report()
     };

@@ -14,7 +14,7 @@
 //! on, then `start_isolated`, `reset_guest_identity`, `shutdown_isolated`, `links_up`).
 //!
 //! Before `restore`, `assign_address` chooses and journals the guest's addresses (from the
-//! host's pool, or the ones desired state names inside it: [`address`]); a refused address
+//! host's pool, or the ones desired state names inside it: `address.rs`); a refused address
 //! builds nothing. Right after `reset_identity`, `set_address` writes them into `net0` as
 //! static `ip=`/`ip6=`, and `guard_net` and `guard_firewall` put the network guard on
 //! ([`super::network_guard`]: `firewall=1` on every interface, the guest's firewall on, and
@@ -195,7 +195,7 @@ pub struct Provisioner<P: Pve> {
     progress: Arc<Mutex<Option<ProvisioningHook>>>,
     /// Where a provisioned guest's controller record is announced to the local API.
     controllers: Option<ControllerBoard>,
-    /// The host's pool of guest addresses (`[addresses]`; [`address`]).
+    /// The host's pool of guest addresses (`[addresses]`; `address.rs`).
     addresses: Option<AddressPool>,
 }
 
