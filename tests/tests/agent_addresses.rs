@@ -279,6 +279,12 @@ async fn every_guest_gets_an_assigned_address_and_ipfilter_holds_it_there() {
         json!({ "ipv4": { "cidr": "198.51.100.7/24" } }),
     );
     hostile = with_guest(&hostile, &sim, f, "mgmt", json!({ "bridge": "vmbr9" }));
+    // A guest from an archive the host never built: refused after its address was chosen.
+    let h = Uuid::new_v4();
+    hostile = with_guest(&hostile, &sim, h, "planted", json!({}));
+    let last = hostile["guests"].as_array().unwrap().len() - 1;
+    hostile["guests"][last]["golden"] =
+        json!({ "volid": "local:backup/planted.tar.zst", "sha256": "0".repeat(64) });
     // And it moves the running blog onto a free address of the pool.
     hostile["guests"][1]["network"] = json!({ "ipv4": { "cidr": "192.0.2.16/24" } });
     sim.clear_requests();
@@ -307,6 +313,25 @@ async fn every_guest_gets_an_assigned_address_and_ipfilter_holds_it_there() {
             },
         )
         .await;
+    }
+    eventually(
+        Duration::from_secs(30),
+        "the planted guest is rolled back",
+        || async { !refused_provisions(&agent, h).await.is_empty() },
+    )
+    .await;
+    // None of them holds an address of the pool: the rolled-back one gave its back.
+    for guest in [c, d, e, f, h] {
+        assert_eq!(
+            agent
+                .handles
+                .journal
+                .addresses_of(guest.to_string())
+                .await
+                .unwrap(),
+            [],
+            "refused guest {guest} holds an address"
+        );
     }
     eventually(
         Duration::from_secs(30),
@@ -340,7 +365,8 @@ async fn every_guest_gets_an_assigned_address_and_ipfilter_holds_it_there() {
 
     // The journal keeps which address went to whom: after a restart, with the shop's container
     // gone behind the agent's back (lost, waiting for the operator's restore), a new guest by
-    // default gets neither the shop's address nor the blog's.
+    // default gets neither the shop's address nor the blog's, but the next free one (the
+    // planted guest's, given back).
     agent.stop().await;
     destroy_behind_its_back(&sim, vmid_a).await;
     let agent = InProcessAgent::start(&files.config_path).await;

@@ -286,8 +286,8 @@ impl Store {
     }
 
     /// Releases `guest_id`'s addresses: the pool may hand them out again. Gives how many were
-    /// released. (A signed decommission releases them with the guest's record, in
-    /// [`Store::retire_guest`].)
+    /// released: a provisioning rolled back (nothing of the guest is left), and a signed
+    /// decommission, which releases them with the guest's record ([`Store::retire_guest`]).
     pub fn release_addresses(&mut self, guest_id: &str) -> Result<usize, JournalError> {
         const WHAT: &str = "release guest addresses";
         self.write(WHAT, |tx| {
@@ -306,6 +306,8 @@ journal_calls! {
     /// See [`Store::assign_address`].
     fn assign_address(guest_id: String, source: AddressSource, taken: Vec<IpAddr>) -> Assignment
         = |s| s.assign_address(&guest_id, &source, &taken);
+    /// See [`Store::release_addresses`].
+    fn release_addresses(guest_id: String) -> usize = |s| s.release_addresses(&guest_id);
     /// See [`Store::addresses_of`].
     fn addresses_of(guest_id: String) -> Vec<AssignedAddress> = |s| s.addresses_of(&guest_id);
 }

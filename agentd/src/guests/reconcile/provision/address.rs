@@ -14,7 +14,9 @@
 //! - a guest keeps the address journaled for it, whatever a later desired state says (the
 //!   planner refuses the change in the report), so an address never moves from a guest that
 //!   exists;
-//! - a DR restore takes the guest's journaled addresses back and is given no new one.
+//! - a DR restore takes the guest's journaled addresses back and is given no new one;
+//! - a provisioning rolled back (a refused golden archive, a failed step) releases what it was
+//!   given, so a refused guest holds no address of the pool.
 
 use std::net::IpAddr;
 
@@ -337,6 +339,19 @@ impl<P: Pve + 'static> Provisioner<P> {
             bridge: Some(bridge),
             tag,
         })
+    }
+
+    /// Releases the addresses journaled for a guest whose provisioning was rolled back.
+    pub(super) async fn release_addresses(&self, op: &OpJournal, guest_id: &str) {
+        match op.journal().release_addresses(guest_id.to_owned()).await {
+            Ok(0) => {}
+            Ok(released) => {
+                tracing::info!(%guest_id, released, "a rolled-back guest's addresses went back to the pool");
+            }
+            Err(e) => {
+                tracing::warn!(%guest_id, error = %bosun_errchain::error_chain(&e), "could not release a rolled-back guest's addresses; they stay reserved for it");
+            }
+        }
     }
 
     /// `set_address`: `plan` written into the guest's `net0` (read again: `reset_identity`

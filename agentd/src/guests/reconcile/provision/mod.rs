@@ -425,6 +425,11 @@ impl<P: Pve + 'static> Provisioner<P> {
                 match compensate_with_retries(&*self.pve, op, created).await {
                     Ok(()) => {
                         self.forget_controller(op, &guest_id).await;
+                        if let Bringup::Provision = bringup {
+                            // Nothing of the new guest is left: its addresses go back to the
+                            // pool (a lost guest's DR keeps them).
+                            self.release_addresses(op, &guest_id).await;
+                        }
                         let _ = op
                             .finish(OpStatus::Compensated, Some(error_chain(&failure)))
                             .await;
