@@ -26,6 +26,7 @@ const TABLES: &[ConfigTable] = &[
     features::HEALTH,
     features::TUNNEL,
     features::GOLDEN,
+    features::ADDRESSES,
     features::UPDATE,
     features::BREAK_GLASS,
 ];

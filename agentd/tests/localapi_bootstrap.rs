@@ -341,6 +341,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
+        network: None,
     };
     let provisioner = Provisioner::new(
         h.pve.clone(),
@@ -415,6 +416,7 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
         share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
+        network: None,
     }
 }
 

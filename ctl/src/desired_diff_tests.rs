@@ -30,6 +30,7 @@ fn observed(doc: &DesiredState) -> GuestReport {
         resources: Some(spec.resources),
         controller_digest: None,
         controller_expected: None,
+        addresses: Vec::new(),
     }
 }
 

@@ -60,6 +60,8 @@ pub struct GuestLine {
     pub desired: bool,
     /// What the agent last reported (`absent` when not reported).
     pub observed: String,
+    /// The static addresses its Proxmox config gives it, as last reported (decision 0101).
+    pub addresses: Vec<String>,
 }
 
 impl FleetStatus {
@@ -104,6 +106,7 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
             hostname: guest_name(host, g.guest_id),
             desired: true,
             observed: "absent".to_owned(),
+            addresses: Vec::new(),
         })
         .collect();
     for reported in host.last_report.iter().flat_map(|r| &r.guests) {
@@ -115,6 +118,7 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
             Some(line) => {
                 line.vmid = Some(reported.vmid);
                 line.observed = observed;
+                line.addresses.clone_from(&reported.addresses);
             }
             None => lines.push(GuestLine {
                 guest_id: reported.guest_id,
@@ -124,6 +128,7 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
                     .map_or_else(|| reported.hostname.clone(), |id| guest_name(host, id)),
                 desired: false,
                 observed,
+                addresses: reported.addresses.clone(),
             }),
         }
     }
@@ -230,8 +235,13 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             out.push("  no guests".to_owned());
         }
         for g in &guests {
+            let address = if g.addresses.is_empty() {
+                String::new()
+            } else {
+                format!("  address {}", g.addresses.join(", "))
+            };
             out.push(format!(
-                "  guest {:<12} vmid {:<5} {:<8} {}",
+                "  guest {:<12} vmid {:<5} {:<8} {}{address}",
                 g.hostname,
                 g.vmid.map_or_else(|| "-".to_owned(), |v| v.to_string()),
                 if g.desired { "desired" } else { "undesired" },

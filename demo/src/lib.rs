@@ -13,6 +13,7 @@
 //! `host-loss` (`host_loss.rs`) loses a whole host and brings it back on a new box with the
 //! customer's recovery code.
 
+mod addresses;
 mod adopt;
 mod audit_log;
 mod backup_tiers;

@@ -363,6 +363,9 @@ max_restarts = 3
 storage = {golden_storage:?}
 boot_stay_up_seconds = 1
 
+# Every guest's address comes from this pool (the last step looks at them).
+{pool}
+
 [health]
 interval_ms = {health_interval}
 samples = {health_samples}
@@ -391,6 +394,7 @@ scan_interval_seconds = 1
         cpu_high = super::host_health::CPU_HIGH_PERCENT,
         cpu_low = super::host_health::CPU_LOW_PERCENT,
         golden_storage = super::helper::GOLDEN_STORAGE,
+        pool = super::addresses::POOL,
     );
     let config = dir.join("agent.toml");
     write(&config, &text)?;

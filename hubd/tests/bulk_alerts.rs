@@ -37,6 +37,7 @@ fn with_media(seq: u64, signed: Option<&str>) -> StateReport {
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         bulk_volumes: vec![BulkVolumeReport {
             guest_id: GUEST,

@@ -499,6 +499,7 @@ async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_ban
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         ..report()
     };
@@ -645,6 +646,7 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         last_backups: vec![BackupReport {
             guest_id: guest,
@@ -966,6 +968,7 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
             }),
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         ..report()
     };

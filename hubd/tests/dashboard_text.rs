@@ -38,6 +38,7 @@ fn hostile_report(now: jiff::Timestamp, names: &str, words: &str) -> StateReport
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         last_backups: vec![BackupReport {
             guest_id: guest,

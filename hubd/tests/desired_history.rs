@@ -64,6 +64,7 @@ fn guest(doc: &Value, status: GuestStatus) -> GuestReport {
         resources: Some(serde_json::from_value(spec["resources"].clone()).unwrap()),
         controller_digest: None,
         controller_expected: None,
+        addresses: Vec::new(),
     }
 }
 

@@ -29,6 +29,7 @@ fn guest(guest_id: Option<Uuid>, vmid: u32, hostname: &str, status: GuestStatus)
         resources: None,
         controller_digest: None,
         controller_expected: None,
+        addresses: Vec::new(),
     }
 }
 

@@ -57,6 +57,7 @@ fn base(seq: u64, vmid: u32, status: GuestStatus) -> StateReport {
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         ..report()
     }

@@ -56,6 +56,7 @@ fn base(seq: u64) -> StateReport {
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         ..report()
     }

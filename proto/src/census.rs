@@ -207,6 +207,36 @@ pub const DESIRED: &[Entry] = &[
         "holds a start only behind a guest the same document runs; a requirement nobody running provides or that closes a cycle is refused, not waited on (0099)",
     ),
     entry(
+        "guests[].network.bridge",
+        MayAdd,
+        "the bridge a new guest joins; read only when it is created, a change for a guest that exists is refused (0101)",
+    ),
+    entry(
+        "guests[].network.tag",
+        MayAdd,
+        "the VLAN a new guest joins; read only when it is created, a change for a guest that exists is refused (0101)",
+    ),
+    entry(
+        "guests[].network.ipv4.cidr",
+        MayAdd,
+        "a new guest's address: never one another guest (journal or Proxmox config) or the node holds, never moved from a guest that exists (0101)",
+    ),
+    entry(
+        "guests[].network.ipv4.gateway",
+        MayAdd,
+        "a new guest's gateway, inside its prefix; read only when it is created (0101)",
+    ),
+    entry(
+        "guests[].network.ipv6.cidr",
+        MayAdd,
+        "a new guest's address: never one another guest (journal or Proxmox config) or the node holds, never moved from a guest that exists (0101)",
+    ),
+    entry(
+        "guests[].network.ipv6.gateway",
+        MayAdd,
+        "a new guest's gateway, inside its prefix; read only when it is created (0101)",
+    ),
+    entry(
         "guests[].golden.volid",
         MayAdd,
         "names an archive to provision from; only one this host built or a signed golden names is restored",

@@ -15,6 +15,7 @@ fn guest(vmid: u32, status: GuestStatus) -> GuestReport {
         resources: None,
         controller_digest: None,
         controller_expected: None,
+        addresses: Vec::new(),
     }
 }
 

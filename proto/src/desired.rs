@@ -12,9 +12,11 @@ use uuid::Uuid;
 use crate::validate::{self, ValidationError};
 
 mod hot;
+pub mod network;
 pub mod order;
 pub use hot::{HotVolume, MAX_HOT_VOLUMES};
 pub(crate) use hot::{check_name as check_volume_name, check_path as check_volume_path};
+pub use network::{GuestNetwork, StaticAddress};
 
 /// The schema name of [`DesiredState`].
 pub use crate::schema_ids::DESIRED as SCHEMA;
@@ -121,6 +123,12 @@ pub struct GuestSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(max_items = 8))]
     pub requires: Vec<String>,
+    /// The guest's network: bridge, VLAN and static addresses; a family it leaves out (or the
+    /// whole field absent) gets an address from the host's pool ([`network`], decision 0101).
+    /// Read when the guest is created; a later change is refused, never applied to a guest
+    /// that exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<GuestNetwork>,
 }
 
 /// Most bulk volumes one guest may declare (`mp0`…`mp7`); bulk and hot volumes together are
@@ -576,9 +584,23 @@ impl DesiredState {
         let mut ids = HashSet::new();
         let mut vmids = HashSet::new();
         let mut names = HashSet::new();
+        let mut addresses = HashSet::new();
         for (i, guest) in self.guests.iter().enumerate() {
             let at = |f: &str| format!("guests[{i}].{f}");
             guest.validate(i)?;
+            // Two guests never get one address.
+            for address in guest
+                .network
+                .iter()
+                .flat_map(GuestNetwork::static_addresses)
+            {
+                if !addresses.insert(address) {
+                    return Err(ValidationError::Duplicate {
+                        field: at("network"),
+                        value: address.to_string(),
+                    });
+                }
+            }
             if !ids.insert(guest.guest_id) {
                 return Err(ValidationError::Duplicate {
                     field: at("guest_id"),
@@ -962,6 +984,9 @@ impl GuestSpec {
             thresholds.validate(&at("thresholds"))?;
         }
         order::validate(self, &at)?;
+        if let Some(network) = &self.network {
+            network.validate(&at)?;
+        }
         if let Some(version) = &self.golden.version {
             crate::golden_recipe::validate_version(&at("golden.version"), version)?;
             if !self.golden.volid.is_empty()

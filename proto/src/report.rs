@@ -279,6 +279,13 @@ pub struct GuestReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^sha256:[0-9a-f]{64}$"))]
     pub controller_expected: Option<String>,
+    /// The static addresses the guest's Proxmox config gives its interfaces (`ip=`, `ip6=`,
+    /// without prefix): with `ipfilter` on, the only source addresses it can use, the ones the
+    /// local API knows it by and the tunnel routes to (decision 0101). Empty: none static (a
+    /// DHCP guest from before Bosun assigned addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 64))]
+    pub addresses: Vec<String>,
 }
 
 /// Observed state of a guest.

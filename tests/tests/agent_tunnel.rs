@@ -50,7 +50,7 @@ fn append_config(files: &AgentFiles, text: &str) {
 }
 
 /// `desired` with an operator-signed plan whose tunnel carries `routes`.
-fn with_routes(desired: &Value, host: Uuid, routes: &[(&str, Uuid, u16)]) -> Value {
+pub(crate) fn with_routes(desired: &Value, host: Uuid, routes: &[(&str, Uuid, u16)]) -> Value {
     let mut plan = signing::plan_of(desired, host);
     plan.tunnel = Some(PlanTunnel {
         tunnel_id: Uuid::from_u128(TUNNEL_ID),
@@ -72,7 +72,10 @@ fn service(vmid: u32, port: u16) -> String {
     format!("http://{}:{port}", bosun_pvesim::dhcp_address(vmid))
 }
 
-async fn both_replicas_route(stand_in: &cloudflared::StandIn, want: &BTreeMap<String, String>) {
+pub(crate) async fn both_replicas_route(
+    stand_in: &cloudflared::StandIn,
+    want: &BTreeMap<String, String>,
+) {
     eventually(
         Duration::from_secs(30),
         &format!("both replicas run with {want:?}"),
@@ -109,7 +112,7 @@ fn initial_config(path: &Path, credentials: &Path) {
 /// A tunnel of two stand-in replicas in a new directory (`config.yml` naming
 /// `credentials.json`, both inside it) that `files`' agent manages, probing every 100 ms and
 /// restarting a replica after 3 failed probes.
-async fn tunnel_of(
+pub(crate) async fn tunnel_of(
     files: &AgentFiles,
 ) -> (
     tempfile::TempDir,

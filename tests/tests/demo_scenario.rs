@@ -58,7 +58,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         run_demo(Scenario::Full, Duration::from_secs(360));
     let out = dir.path().join("demo-out");
     // Without the root helper no golden archive can be hashed: the demo says so at once.
-    // 31 steps (about 140 s on two idle cores, more while the machine builds) and the 8 s
+    // 32 steps (about 150 s on two idle cores, more while the machine builds) and the 8 s
     // the kept hub is watched.
     if !passed_as_root(&result, (took, Duration::from_secs(300)), &transcript) {
         return;
@@ -629,8 +629,17 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{step31}"
     );
 
+    // The last step: every running guest at its own address of the pool, under ipfilter.
+    let step32 = step_text(&transcript, 32);
+    assert!(
+        step32.contains("firewall: enable=1 ipfilter=1")
+            && step32.contains("net0 ip=192.0.2.1")
+            && step32.contains("address 192.0.2.1"),
+        "{step32}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 31;
+    let steps = 32;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(

@@ -25,6 +25,7 @@ mod update_stack;
 mod update_support;
 
 // The suites.
+mod agent_addresses;
 mod agent_adopt;
 mod agent_alerts;
 mod agent_archive_proof;

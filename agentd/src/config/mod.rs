@@ -94,6 +94,12 @@
 //! builder_vmid = 9000
 //! storage = "local"                         # default: backup.storage
 //!
+//! [addresses]                               # the pool of guest addresses (crate::config::addresses)
+//! ipv4_first = "192.0.2.100"                # absent section: new guests keep DHCP
+//! ipv4_last = "192.0.2.199"
+//! ipv4_prefix = 24
+//! ipv4_gateway = "192.0.2.1"
+//!
 //! [update]                                  # agent self-update (needs [helper])
 //! slots_root = "/var/lib/bosun-helper/slots" # the helper's slots_root; the gate's record is read here
 //!
@@ -107,6 +113,7 @@
 //! Secrets are read from files named here, never written in the file itself,
 //! and are held as [`SecretString`](secrecy::SecretString).
 
+pub mod addresses;
 pub mod controller;
 pub mod error;
 pub mod golden;
@@ -164,6 +171,7 @@ impl AgentConfig {
         let health = raw.health.settings(helper.is_some())?;
         let tunnel = raw.tunnel.map(|t| t.settings()).transpose()?;
         let golden = raw.golden.settings(&raw.pve.storage, &backup.storage)?;
+        let addresses = raw.addresses.map(|a| a.settings()).transpose()?;
         Ok(Self {
             state_dir: raw.state_dir,
             allowed_signers: raw.allowed_signers,
@@ -182,6 +190,7 @@ impl AgentConfig {
             health,
             tunnel,
             golden,
+            addresses,
             slots_root: raw
                 .update
                 .slots_root

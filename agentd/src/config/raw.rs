@@ -47,6 +47,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) golden: crate::config::golden::RawGolden,
     #[serde(default)]
+    pub(super) addresses: Option<crate::config::addresses::RawAddresses>,
+    #[serde(default)]
     pub(super) update: RawUpdate,
     #[serde(default)]
     pub(super) break_glass: RawBreakGlass,

@@ -74,6 +74,9 @@ pub struct AgentConfig {
     pub tunnel: Option<crate::config::health::TunnelSettings>,
     /// How the helper builds golden images for signed recipes (`[golden]`).
     pub golden: crate::config::golden::GoldenSettings,
+    /// The pool new guests' static addresses come from (`[addresses]`); `None`: new guests
+    /// keep the golden image's DHCP (decision 0101).
+    pub addresses: Option<crate::config::addresses::AddressPool>,
     /// Where the A/B slots and the update record are (the helper's `slots_root`).
     pub slots_root: PathBuf,
     /// The break-glass support shell's spool, read into the audit trail.

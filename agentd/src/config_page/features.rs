@@ -380,6 +380,84 @@ pub(super) const TUNNEL: ConfigTable = ConfigTable {
     ],
 };
 
+/// `[addresses]`.
+pub(super) const ADDRESSES: ConfigTable = ConfigTable {
+    name: "addresses",
+    doc: "The pool every new guest's static address comes from (decision 0101): written into its net0 as ip=/ip6=, so Proxmox's ipfilter holds the guest to it. Absent: new guests keep the golden image's DHCP, and their firewall holds them to their MAC only. Desired state may name an address only inside the pool's prefix; the agent never hands out the gateway, the node's addresses, another container's or one its journal gave another guest.",
+    keys: &[
+        key(
+            "bridge",
+            "string",
+            "vmbr0",
+            "\"vmbr0\"",
+            "The bridge new guests join; desired state may only repeat it.",
+        ),
+        key(
+            "tag",
+            "integer",
+            "none",
+            "20",
+            "The VLAN tag new guests get (1 to 4094); desired state may only repeat it.",
+        ),
+        key(
+            "ipv4_first",
+            "string (IPv4 address)",
+            "none",
+            "\"192.0.2.100\"",
+            "The first IPv4 address handed out; with ipv4_last and ipv4_prefix.",
+        ),
+        key(
+            "ipv4_last",
+            "string (IPv4 address)",
+            "none",
+            "\"192.0.2.199\"",
+            "The last IPv4 address handed out, inside the first's prefix (at most 65536 addresses).",
+        ),
+        key(
+            "ipv4_prefix",
+            "integer",
+            "none",
+            "24",
+            "The prefix length written with each IPv4 address (1 to 32).",
+        ),
+        key(
+            "ipv4_gateway",
+            "string (IPv4 address)",
+            "none",
+            "\"192.0.2.1\"",
+            "The IPv4 gateway written with each address (gw=), inside the prefix; never handed out.",
+        ),
+        key(
+            "ipv6_first",
+            "string (IPv6 address)",
+            "none",
+            "\"2001:db8::100\"",
+            "The first IPv6 address handed out; with ipv6_last and ipv6_prefix.",
+        ),
+        key(
+            "ipv6_last",
+            "string (IPv6 address)",
+            "none",
+            "\"2001:db8::1ff\"",
+            "The last IPv6 address handed out, inside the first's prefix (at most 65536 addresses).",
+        ),
+        key(
+            "ipv6_prefix",
+            "integer",
+            "none",
+            "64",
+            "The prefix length written with each IPv6 address (1 to 128).",
+        ),
+        key(
+            "ipv6_gateway",
+            "string (IPv6 address)",
+            "none",
+            "\"2001:db8::1\"",
+            "The IPv6 gateway written with each address (gw6=), inside the prefix; never handed out.",
+        ),
+    ],
+};
+
 /// `[golden]`.
 pub(super) const GOLDEN: ConfigTable = ConfigTable {
     name: "golden",

@@ -127,6 +127,8 @@ pub(super) async fn replay(
     provisioner = provisioner.with_placement(desired.clone());
     // A DR whose source may still run resets the restored guest's identity inside it.
     provisioner = provisioner.with_guest_helper(config.helper.clone().map(HelperClient::new));
+    // Every new guest's address comes from the host's pool (decision 0101).
+    provisioner = provisioner.with_addresses(config.addresses.clone());
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
     }

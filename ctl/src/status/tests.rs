@@ -72,6 +72,16 @@ fn desired_and_reported_guests_merge_by_id_and_undesired_ones_stand_out() {
 }
 
 #[test]
+fn a_guests_assigned_address_is_shown_on_its_line() {
+    let detail = host(json!([
+        { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running",
+          "addresses": ["192.0.2.11"] },
+    ]));
+    let lines = guest_lines(&detail);
+    assert_eq!(lines[0].addresses, ["192.0.2.11"]);
+}
+
+#[test]
 fn a_desired_guest_not_yet_reported_is_absent() {
     let lines = guest_lines(&host(json!([])));
     assert_eq!(lines.len(), 1);

@@ -22,6 +22,7 @@ fn seen(spec: &GuestSpec, status: GuestStatus, memory_mib: u32) -> GuestReport {
         }),
         controller_digest: None,
         controller_expected: None,
+        addresses: Vec::new(),
     }
 }
 

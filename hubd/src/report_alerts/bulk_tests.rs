@@ -25,6 +25,7 @@ fn report(backup: BulkBackup, signed: Option<&str>) -> StateReport {
         resources: None,
         controller_digest: None,
         controller_expected: None,
+        addresses: Vec::new(),
     }];
     report.bulk_volumes = vec![BulkVolumeReport {
         guest_id: GUEST,

@@ -105,6 +105,7 @@ mod tests {
             resources: None,
             controller_digest: running,
             controller_expected: expected,
+            addresses: Vec::new(),
         }];
         report
     }

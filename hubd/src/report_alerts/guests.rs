@@ -149,6 +149,7 @@ mod tests {
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }
     }
 

@@ -29,6 +29,7 @@ fn report() -> StateReport {
             resources: None,
             controller_digest: None,
             controller_expected: None,
+            addresses: Vec::new(),
         }],
         storage: Vec::new(),
         last_backups: Vec::new(),

@@ -95,6 +95,7 @@ impl Change {
                         resources: None,
                         controller_digest: None,
                         controller_expected: None,
+                        addresses: Vec::new(),
                     });
                 }
             }

@@ -84,6 +84,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
                 }),
                 controller_digest: Some(format!("sha256:{}", "ab".repeat(32))),
                 controller_expected: None,
+                addresses: Vec::new(),
             },
             GuestReport {
                 guest_id: Some(STRAY_GUEST),
@@ -93,6 +94,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
                 resources: None,
                 controller_digest: None,
                 controller_expected: None,
+                addresses: Vec::new(),
             },
         ],
         storage: vec![

@@ -28,6 +28,7 @@ fn guest(n: u128, name: &str, power: Power, provides: &[&str], requires: &[&str]
         share_class: None,
         provides: provides.iter().map(|s| (*s).to_owned()).collect(),
         requires: requires.iter().map(|s| (*s).to_owned()).collect(),
+        network: None,
     }
 }
 

@@ -5,8 +5,9 @@
 //! apart from `/etc/pve/lxc/<vmid>.conf`: they go with the container when it is destroyed,
 //! start empty on a fresh restore (archives carry no firewall file here) and do not take the
 //! container's config lock. The options a PUT leaves out keep their value; `delete` removes
-//! the named ones (their default applies again). No packet is filtered: tests read what was
-//! set through [`crate::SimHandle::guest_firewall`].
+//! the named ones (their default applies again). Tests read what was set through
+//! [`crate::SimHandle::guest_firewall`], and ask what the firewall lets a guest send through
+//! [`crate::SimHandle::guest_may_send_from`] ([`passes_ipfilter`]).
 
 use serde_json::{Map, Value, json};
 use sha1::{Digest, Sha1};
@@ -115,4 +116,89 @@ pub(crate) fn datacenter(ctx: &Ctx) -> HandlerResult {
         u8::from(st.datacenter_firewall).to_string(),
     );
     data(rendered(&options))
+}
+
+/// Whether pve-firewall lets what a guest sends from `source` on its interface `netN` out onto
+/// the bridge, as its rules for a container do: nothing is filtered while the datacenter's
+/// firewall is off, the guest's own `enable` is off, or the interface lacks `firewall=1`;
+/// with all three on and `ipfilter=1` (and no `ipfilter-net<N>` IP set of the operator's),
+/// only the addresses the interface configures statically (`ip=a.b.c.d/n`, `ip6=…/n`) and the
+/// IPv6 link-local address of its MAC pass (`Firewall.pm`: a DHCP or SLAAC lease is in no set).
+pub(crate) fn passes_ipfilter(
+    datacenter: bool,
+    options: &Conf,
+    net: &str,
+    source: std::net::IpAddr,
+) -> bool {
+    let part = |key: &str| {
+        net.split(',')
+            .find_map(|p| p.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+    };
+    let on = |key: &str| options.get(key).is_some_and(|v| v == "1");
+    if !datacenter || !on("enable") || part("firewall") != Some("1") || !on("ipfilter") {
+        return true;
+    }
+    let configured = ["ip", "ip6"].into_iter().filter_map(|key| {
+        let (address, prefix) = part(key)?.split_once('/')?;
+        prefix.parse::<u8>().ok()?;
+        address.parse::<std::net::IpAddr>().ok()
+    });
+    let link_local = part("hwaddr").and_then(|mac| {
+        let bytes: Vec<u8> = mac
+            .split(':')
+            .map(|b| u8::from_str_radix(b, 16))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let [a, b, c, d, e, f] = <[u8; 6]>::try_from(bytes).ok()?;
+        Some(std::net::IpAddr::V6(std::net::Ipv6Addr::from([
+            0xfe,
+            0x80,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            a ^ 0x02,
+            b,
+            c,
+            0xff,
+            0xfe,
+            d,
+            e,
+            f,
+        ])))
+    });
+    configured.chain(link_local).any(|a| a == source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipfilter_passes_only_the_static_addresses_and_only_when_everything_is_on() {
+        let on: Conf = [("enable", "1"), ("ipfilter", "1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let net = "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=192.0.2.100/24,firewall=1";
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(passes_ipfilter(true, &on, net, ip("192.0.2.100")));
+        assert!(!passes_ipfilter(true, &on, net, ip("192.0.2.101")));
+        assert!(passes_ipfilter(
+            true,
+            &on,
+            net,
+            ip("fe80::be24:11ff:fe00:1")
+        ));
+        // A lease is in no set.
+        let dhcp = "name=eth0,bridge=vmbr0,ip=dhcp,firewall=1";
+        assert!(!passes_ipfilter(true, &on, dhcp, ip("10.99.0.100")));
+        // Any switch off, and nothing is filtered.
+        assert!(passes_ipfilter(false, &on, net, ip("192.0.2.101")));
+        assert!(passes_ipfilter(true, &Conf::new(), net, ip("192.0.2.101")));
+        let unfirewalled = "name=eth0,bridge=vmbr0,ip=192.0.2.100/24";
+        assert!(passes_ipfilter(true, &on, unfirewalled, ip("192.0.2.101")));
+    }
 }

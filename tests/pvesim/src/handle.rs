@@ -180,6 +180,23 @@ impl SimHandle {
         true
     }
 
+    /// Whether what CT `vmid` sends from `source` on its `net0` leaves for the bridge, as
+    /// pve-firewall filters it (`crate::firewall::passes_ipfilter`: with the datacenter's and
+    /// the guest's firewall on and `ipfilter=1`, only `net0`'s static addresses pass); `None`
+    /// when the CT or its `net0` does not exist. A guest's root may set any address on its
+    /// interface ([`SimHandle::set_guest_own_address`]); this is what reaches others from it.
+    pub fn guest_may_send_from(&self, vmid: u32, source: std::net::IpAddr) -> Option<bool> {
+        let st = self.shared.state.lock();
+        let guest = st.guests.get(&vmid)?;
+        let net0 = guest.conf.get("net0")?;
+        Some(crate::firewall::passes_ipfilter(
+            st.datacenter_firewall,
+            &guest.firewall,
+            net0,
+            source,
+        ))
+    }
+
     /// Turns the datacenter's firewall on or off (`Datacenter → Firewall → Options`).
     pub fn set_datacenter_firewall(&self, enable: bool) {
         self.shared.state.lock().datacenter_firewall = enable;
@@ -208,8 +225,9 @@ impl SimHandle {
     }
 
     /// Sets the address guest `vmid`'s root configured on its own interfaces in place of its
-    /// DHCP lease (`None`: the lease again), as a guest that names another's address would;
-    /// `false` when the CT does not exist.
+    /// DHCP lease or its static `ip=` (`None`: what Proxmox configured again), as a guest that
+    /// names another's address would; `false` when the CT does not exist. Whether what it sends
+    /// from there reaches anyone is [`SimHandle::guest_may_send_from`]'s to say.
     pub fn set_guest_own_address(&self, vmid: u32, address: Option<std::net::Ipv4Addr>) -> bool {
         let mut st = self.shared.state.lock();
         let Some(guest) = st.guests.get_mut(&vmid) else {

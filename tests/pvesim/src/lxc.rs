@@ -168,8 +168,9 @@ pub fn dhcp_address(vmid: u32) -> std::net::Ipv4Addr {
 }
 
 /// `GET /nodes/{node}/lxc/{vmid}/interfaces`: a running container's interfaces as its network
-/// namespace has them (`lo`, then one per `netN` under its `name=`, with the `ip=` it names or
-/// the simulator's DHCP address); a stopped one has none to read (PVE fails the call).
+/// namespace has them (`lo`, then one per `netN` under its `name=`, with the address the guest's
+/// root set on it, else the `ip=` it names or the simulator's DHCP address); a stopped one has
+/// none to read (PVE fails the call).
 pub(crate) fn interfaces(ctx: &Ctx) -> HandlerResult {
     let vmid = ctx.vmid()?;
     let st = ctx.shared.state.lock();
@@ -193,8 +194,13 @@ pub(crate) fn interfaces(ctx: &Ctx) -> HandlerResult {
         };
         let name = prop("name").unwrap_or_else(|| format!("eth{}", &key[3..]));
         let hwaddr = prop("hwaddr").unwrap_or_else(|| "BC:24:11:00:00:00".into());
-        let inet = match prop("ip") {
-            Some(ip) if ip.contains('/') => ip,
+        // What the guest's root set on its interface wins over what Proxmox configured (it can
+        // set anything; ipfilter decides whether it reaches anyone).
+        let inet = match (guest.own_address, prop("ip")) {
+            (Some(own), Some(ip)) if ip.contains('/') => {
+                format!("{own}/{}", ip.split_once('/').map_or("24", |(_, p)| p))
+            }
+            (None, Some(ip)) if ip.contains('/') => ip,
             _ => format!(
                 "{}/16",
                 guest.own_address.unwrap_or_else(|| dhcp_address(vmid))

@@ -46,8 +46,7 @@ pub(crate) struct Guest {
     /// Its firewall options (`/etc/pve/firewall/<vmid>.fw`, `[OPTIONS]`): `crate::firewall`.
     pub(crate) firewall: Conf,
     /// The address the guest's root set on its own interfaces instead of its DHCP lease
-    /// (`SimHandle::set_guest_own_address`): what `…/interfaces` reads for a `net` without a
-    /// static `ip=`.
+    /// (`SimHandle::set_guest_own_address`): what `…/interfaces` reads for its `net`s.
     pub(crate) own_address: Option<std::net::Ipv4Addr>,
     /// Bytes of files on its volumes, once fixed (`SimHandle::set_guest_data`, or its first
     /// resize: growing a volume adds no files); until then a fifth of its rootfs' size.

@@ -188,6 +188,8 @@ impl Progress {
                 | StepName::Restore
                 | StepName::ReadConfig
                 | StepName::ResetIdentity
+                | StepName::AssignAddress
+                | StepName::SetAddress
                 | StepName::GuardNet
                 | StepName::GuardFirewall
                 | StepName::ReadFirewall

@@ -8,7 +8,10 @@
 //!   these are the only source addresses that guest can use, and no other guest can use them;
 //! - **learned**: the address an authenticated request came from ([`ConnSlot::attribute`],
 //!   called by the [`super::Caller`] extractor), at most [`LEARNED_PER_GUEST`] per guest (the
-//!   oldest is forgotten first). A configured address is never learned for another guest.
+//!   oldest is forgotten first), and only for a guest with no configured address (a DHCP
+//!   guest from before Bosun assigned addresses: decision 0101). A configured address is never
+//!   learned for another guest, and a guest with a configured address learns nothing: a guest
+//!   that names a neighbour's address is never counted as it.
 //!
 //! and counts it in that guest's account, or, from an address no guest is known by, in the
 //! **unattributed** pool. The caps, each refusing before the handshake:
@@ -97,6 +100,9 @@ struct Book {
     configured: HashMap<IpAddr, GuestKey>,
     learned: HashMap<IpAddr, GuestKey>,
     learned_order: HashMap<GuestKey, VecDeque<IpAddr>>,
+    /// Guests whose Proxmox config gives them a static address (even one two guests share):
+    /// attributed by configured address only, nothing learned for them (decision 0101).
+    addressed: HashSet<GuestKey>,
     /// Guests with at least one configured or learned address: those holding a reservation.
     known: HashSet<GuestKey>,
 }
@@ -208,9 +214,11 @@ impl Book {
         }
     }
 
-    /// Records that `guest` spoke from `peer`; a configured address stays its guest's.
+    /// Records that `guest` spoke from `peer`; a configured address stays its guest's, and a
+    /// guest with a configured address learns none.
     fn learn(&mut self, peer: IpAddr, guest: &str) {
         if self.configured.contains_key(&peer)
+            || self.addressed.contains(guest)
             || self.learned.get(&peer).is_some_and(|g| &**g == guest)
         {
             return;
@@ -253,8 +261,12 @@ impl SlotBook {
     /// address two guests claim is counted for neither).
     pub fn set_addresses(&self, addresses: &BTreeMap<String, Vec<IpAddr>>) {
         let mut claims: HashMap<IpAddr, Option<GuestKey>> = HashMap::new();
+        let mut addressed: HashSet<GuestKey> = HashSet::new();
         for (guest, addrs) in addresses {
             let key: GuestKey = Arc::from(guest.as_str());
+            if !addrs.is_empty() {
+                addressed.insert(Arc::clone(&key));
+            }
             for addr in addrs {
                 claims
                     .entry(addr.to_canonical())
@@ -271,7 +283,7 @@ impl SlotBook {
             .filter_map(|(addr, guest)| guest.map(|g| (addr, g)))
             .collect();
         let mut book = self.book.lock();
-        if book.configured == configured {
+        if book.configured == configured && book.addressed == addressed {
             return;
         }
         for addr in configured.keys() {
@@ -281,7 +293,11 @@ impl SlotBook {
                 order.retain(|a| a != addr);
             }
         }
-        book.learned_order.retain(|_, order| !order.is_empty());
+        // A guest with a configured address keeps nothing it was learned by.
+        book.learned.retain(|_, guest| !addressed.contains(guest));
+        book.learned_order
+            .retain(|guest, order| !order.is_empty() && !addressed.contains(guest));
+        book.addressed = addressed;
         book.configured = configured;
         book.refresh_known();
     }

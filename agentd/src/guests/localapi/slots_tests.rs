@@ -182,3 +182,27 @@ fn an_unattributed_connection_moves_to_its_guest_and_is_released_there() {
     assert_eq!(book.open_for("g"), (0, 0));
     assert_eq!(book.open(ip(7)), (0, 0));
 }
+
+#[test]
+fn a_guest_with_a_configured_address_is_known_by_it_alone() {
+    let book = SlotBook::new(&ConnectionLimits::default());
+    // A DHCP guest is learned by the address it authenticates from.
+    let dhcp = book.try_acquire(ip(20)).unwrap();
+    dhcp.slot().attribute("owner");
+    assert_eq!(book.guest_of(ip(20)).as_deref(), Some("owner"));
+    // Once its config gives it a static address, what it was learned by is forgotten…
+    book.set_addresses(&addresses(&[("owner", &[ip(5)]), ("other", &[ip(6)])]));
+    assert_eq!(book.guest_of(ip(20)), None);
+    // …and a connection from any other address, even authenticated as it (a neighbour that
+    // named its address and holds its token, or its own from a foreign address), stays
+    // unattributed and learns nothing.
+    let foreign = book.try_acquire(ip(30)).unwrap();
+    foreign.slot().attribute("owner");
+    assert_eq!(book.guest_of(ip(30)), None);
+    // (The connection it was learned by stays counted where it was.)
+    assert_eq!(book.open_for("owner"), (1, 1));
+    // Its own address counts for it before any request.
+    let own = book.try_acquire(ip(5)).unwrap();
+    assert_eq!(book.open_for("owner"), (2, 1));
+    drop((dhcp, foreign, own));
+}

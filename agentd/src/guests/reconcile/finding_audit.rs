@@ -1,5 +1,5 @@
 //! The audit entry each reconcile finding is recorded as, once (orphans, refused shrinks,
-//! broken, lost or migrated guests, refused placements, shares and orders), with the key that
+//! broken, lost or migrated guests, refused placements, shares, orders and addresses), with the key that
 //! says it was recorded already.
 
 use bosun_proto::desired::StorageClass;
@@ -73,6 +73,18 @@ fn guest_state(finding: &Finding) -> Option<(String, AuditEvent)> {
             let mut e = AuditEvent::new("guest.decommissioned_but_desired");
             e.guest_id = Some(guest_id.to_string());
             (format!("gone:{guest_id}"), e)
+        }
+        Finding::AddressRefused {
+            guest_id,
+            vmid,
+            want,
+            have,
+        } => {
+            let mut e = AuditEvent::new("guest.address_refused");
+            e.guest_id = Some(guest_id.to_string());
+            e.vmid = Some(*vmid);
+            e.detail = json!({ "want": want, "have": have });
+            (format!("address:{guest_id}:{want}"), e)
         }
         _ => return None,
     })

@@ -68,6 +68,27 @@ pub fn configured_addresses(config: &CtConfig) -> Vec<IpAddr> {
     out
 }
 
+/// The refusal of an address desired state names for an existing guest `o` that its config
+/// does not hold: the agent never moves an address of a guest that exists (decision 0101).
+/// A family desired state leaves to the pool asks for nothing.
+pub fn address_change(
+    spec: &bosun_proto::desired::GuestSpec,
+    o: &super::plan::ObservedGuest,
+) -> Option<super::plan::Finding> {
+    let want = spec
+        .network
+        .as_ref()?
+        .static_addresses()
+        .map(|ip| ip.to_canonical())
+        .find(|ip| !o.addresses.contains(ip))?;
+    Some(super::plan::Finding::AddressRefused {
+        guest_id: spec.guest_id,
+        vmid: o.vmid,
+        want,
+        have: o.addresses.clone(),
+    })
+}
+
 /// Whether `ipfilter` keeps the guest's traffic: every interface's addresses are static or
 /// absent, and at least one is static.
 pub fn ipfilter_fits(config: &CtConfig) -> bool {

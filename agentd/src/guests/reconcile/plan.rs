@@ -350,6 +350,18 @@ pub enum Finding {
         /// Why, in words.
         reason: String,
     },
+    /// Desired state names an address the existing guest's config does not hold: an address
+    /// never moves from a guest that exists by desired state (decision 0101).
+    AddressRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+        /// The address asked for.
+        want: std::net::IpAddr,
+        /// The static addresses its config holds.
+        have: Vec<std::net::IpAddr>,
+    },
     /// The guest's start (or provisioning) waits until the guests `on` run, or its stop until
     /// they are stopped.
     Waiting {
@@ -575,6 +587,8 @@ fn plan_existing(
             });
         }
     }
+    out.findings
+        .extend(super::network_guard::address_change(spec, o));
     if o.unguarded && o.guest_id == Some(guest_id) {
         out.actions.push(Action::GuardNetwork { guest_id, vmid });
     }

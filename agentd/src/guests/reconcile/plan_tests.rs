@@ -61,6 +61,7 @@ pub(in crate::guests::reconcile) fn spec(n: u128, power: Power) -> GuestSpec {
         share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
+        network: None,
     }
 }
 

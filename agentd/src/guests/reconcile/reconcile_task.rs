@@ -496,6 +496,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 resources: None,
                 controller_digest: None,
                 controller_expected: None,
+                addresses: Vec::new(),
             });
         let guests = observed
             .guests
@@ -535,6 +536,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     resources,
                     controller_digest: None,
                     controller_expected: None,
+                    addresses: o.addresses.iter().map(ToString::to_string).collect(),
                 }
             })
             .chain(lost)
@@ -588,6 +590,7 @@ fn provisioning_reporter(
                 resources: None,
                 controller_digest: None,
                 controller_expected: None,
+                addresses: Vec::new(),
             });
         });
     })

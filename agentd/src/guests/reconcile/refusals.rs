@@ -94,6 +94,29 @@ pub fn of(
             field: Some(format!("requires.{requirement}")),
             reason: reason.clone(),
         }),
+        Finding::AddressRefused {
+            guest_id,
+            want,
+            have,
+            ..
+        } => Some(Refused {
+            kind: RefusedKind::GuestField,
+            name: hostname(*guest_id),
+            guest_id: Some(*guest_id),
+            field: Some("network".to_owned()),
+            reason: format!(
+                "the guest exists with {}; {want} is never given to it by desired state \
+                 (an address moves only by the operator's hand, decision 0101)",
+                if have.is_empty() {
+                    "no static address".to_owned()
+                } else {
+                    have.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+        }),
         _ => None,
     });
     let gated = gate.iter().map(|r| Refused {

@@ -216,6 +216,7 @@ mod tests {
                     resources: None,
                     controller_digest: None,
                     controller_expected: None,
+                    addresses: Vec::new(),
                 })
                 .collect(),
             storage: Vec::new(),

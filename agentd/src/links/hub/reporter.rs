@@ -406,6 +406,7 @@ mod tests {
             resources: None,
             controller_digest: digest.map(str::to_owned),
             controller_expected: None,
+            addresses: Vec::new(),
         }
     }
 

@@ -298,7 +298,8 @@ impl Store {
     /// Drops guest `vmid`'s provenance after a signed decommission (operation `op_id`)
     /// destroyed it, and leaves a tombstone for its guest id in the same transaction:
     /// a later job for that guest is refused, never re-targeted to whatever holds the
-    /// vmid next, and desired state never provisions it again.
+    /// vmid next, and desired state never provisions it again. Its addresses go back to the
+    /// pool.
     pub fn retire_guest(&mut self, op_id: OpId, vmid: u32) -> Result<bool, JournalError> {
         let now = self.now();
         self.write("retire guest", |tx| {
@@ -313,6 +314,12 @@ impl Store {
                      VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (guest_id) DO NOTHING",
                     params![guest_id, vmid, op_id.to_string(), to_ms(now)],
+                )
+                .map_err(query_err("retire guest"))?;
+                // Its addresses go back to the pool (decision 0101).
+                tx.execute(
+                    "DELETE FROM guest_addresses WHERE guest_id = ?1",
+                    params![guest_id],
                 )
                 .map_err(query_err("retire guest"))?;
             }

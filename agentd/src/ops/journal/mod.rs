@@ -30,6 +30,8 @@
 //!   generation a reconcile pass applied, reported the same after a restart;
 //! - **failure counts per guest** — consecutive failed starts and DR restores, so a guest
 //!   that keeps failing reaches `broken` across restarts ([`Store::count_failure`]);
+//! - **guest addresses** — which address went to which guest, so none is handed out
+//!   twice ([`Store::assign_address`]);
 //! - **the audit log** — append-only and hash-chained (see [`audit`]).
 //!
 //! SQLite is owned by one thread. Async code talks to it through a cloneable
@@ -66,6 +68,7 @@ mod golden_archives;
 mod golden_builds;
 mod golden_serials;
 mod guest_access;
+pub mod guest_addresses;
 pub mod guest_audit;
 mod guest_changes;
 mod guest_failures;
@@ -102,6 +105,7 @@ pub use golden_builds::{
     GOLDEN_BUILT_ACTION, GOLDEN_VERIFIED_ACTION, GoldenBuild, ListedBuild, MAX_LISTED_BUILDS,
 };
 pub use golden_serials::GoldenSerialKind;
+pub use guest_addresses::{AddressSource, AssignedAddress, Assignment};
 pub use guest_audit::{GuestAuditRow, OPERATION_FINISHED};
 pub use guest_failures::{FailureCount, FailureCounts, FailureKind};
 pub use handle::JournalHandle;

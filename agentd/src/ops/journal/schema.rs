@@ -505,11 +505,24 @@ CREATE TABLE IF NOT EXISTS guest_access (
     delivered_ms INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 30: which address went to which guest (decision 0101): one per guest and family,
+    // each address held by one guest only.
+    r#"
+CREATE TABLE IF NOT EXISTS guest_addresses (
+    guest_id     TEXT NOT NULL,
+    family       TEXT NOT NULL CHECK (family IN ('ipv4', 'ipv6')),
+    address      TEXT NOT NULL UNIQUE,
+    prefix       INTEGER NOT NULL CHECK (prefix BETWEEN 1 AND 128),
+    gateway      TEXT,
+    assigned_ms  INTEGER NOT NULL,
+    PRIMARY KEY (guest_id, family)
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 29;
+pub const SCHEMA_VERSION: i64 = 30;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

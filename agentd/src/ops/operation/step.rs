@@ -66,6 +66,11 @@ step_names! {
     ReadConfig => "read_config", waited as TaskStatus, found as None,
     /// A fresh MAC and the hostname (and every link down for an in-guest reset).
     ResetIdentity => "reset_identity", waited as TaskStatus, found as None,
+    /// The guest's addresses chosen and journaled (named by desired state, or from the host's
+    /// pool), before anything is built.
+    AssignAddress => "assign_address", waited as TaskStatus, found as None,
+    /// The journaled addresses written into the new guest's `net0` as static `ip=`/`ip6=`.
+    SetAddress => "set_address", waited as TaskStatus, found as None,
     /// `firewall=1` (and `ipfilter`) on every interface.
     GuardNet => "guard_net", waited as TaskStatus, found as None,
     /// The guest's firewall on.
@@ -255,6 +260,8 @@ mod tests {
         ("restore", StepName::Restore),
         ("read_config", StepName::ReadConfig),
         ("reset_identity", StepName::ResetIdentity),
+        ("assign_address", StepName::AssignAddress),
+        ("set_address", StepName::SetAddress),
         ("guard_net", StepName::GuardNet),
         ("guard_firewall", StepName::GuardFirewall),
         ("read_firewall", StepName::ReadFirewall),

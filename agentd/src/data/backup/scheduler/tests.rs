@@ -190,6 +190,7 @@ fn spec(n: u128, power: Power) -> GuestSpec {
         share_class: None,
         provides: Vec::new(),
         requires: Vec::new(),
+        network: None,
     }
 }
 

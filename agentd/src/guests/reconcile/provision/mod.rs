@@ -13,9 +13,12 @@
 //! extensions and `start` ([`dr_identity`]: every link down from `reset_identity`
 //! on, then `start_isolated`, `reset_guest_identity`, `shutdown_isolated`, `links_up`).
 //!
-//! Right after `reset_identity`, `guard_net` and `guard_firewall` put the network guard on
+//! Before `restore`, `assign_address` chooses and journals the guest's addresses (from the
+//! host's pool, or the ones desired state names inside it: `address.rs`); a refused address
+//! builds nothing. Right after `reset_identity`, `set_address` writes them into `net0` as
+//! static `ip=`/`ip6=`, and `guard_net` and `guard_firewall` put the network guard on
 //! ([`super::network_guard`]: `firewall=1` on every interface, the guest's firewall on, and
-//! `ipfilter` when its addresses are static).
+//! `ipfilter`, which holds now that its addresses are static).
 //!
 //! Each step writes its intent before its Proxmox call and its outcome after
 //! (see [`crate::ops::operation::steps`]). A failure at any step after `restore` compensates:
@@ -42,12 +45,14 @@
 //! step stays in the journal, and the reconciler delivers the missing piece on a
 //! later pass (for the bootstrap: a running provisioned guest without a token).
 
+mod address;
 pub mod dr_identity;
 mod dr_restore;
 mod hot;
 mod restore;
 mod steps;
 
+pub use address::AddressRefusal;
 pub use dr_restore::Recovery;
 
 use std::collections::BTreeSet;
@@ -60,6 +65,7 @@ use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestSpec;
 
 use super::golden::GoldenCheck;
+use crate::config::addresses::AddressPool;
 use crate::guests::controller::ControllerBoard;
 use crate::guests::credentials::bootstrap::{BootstrapIssuer, IssueTarget, TokenPolicy};
 use crate::links::helper::HelperClient;
@@ -85,8 +91,10 @@ enum Bringup {
 
 /// The names of the front half's steps, in order.
 pub const FRONT_HALF_STEPS: &[&str] = &[
+    "assign_address",
     "restore",
     "reset_identity",
+    "set_address",
     "guard_net",
     "guard_firewall",
     "size",
@@ -187,6 +195,8 @@ pub struct Provisioner<P: Pve> {
     progress: Arc<Mutex<Option<ProvisioningHook>>>,
     /// Where a provisioned guest's controller record is announced to the local API.
     controllers: Option<ControllerBoard>,
+    /// The host's pool of guest addresses (`[addresses]`; `address.rs`).
+    addresses: Option<AddressPool>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -228,6 +238,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             guest_helper: self.guest_helper.clone(),
             progress: Arc::clone(&self.progress),
             controllers: self.controllers.clone(),
+            addresses: self.addresses.clone(),
         }
     }
 }
@@ -262,6 +273,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             guest_helper: None,
             progress: Arc::default(),
             controllers: None,
+            addresses: None,
         }
     }
 
@@ -282,6 +294,14 @@ impl<P: Pve + 'static> Provisioner<P> {
     /// digest, `manage_controller`) on `board`, which the local API and the heal task read.
     pub fn with_controllers(mut self, board: ControllerBoard) -> Self {
         self.controllers = Some(board);
+        self
+    }
+
+    /// Gives every new guest a static address from `pool` (or the one desired state names
+    /// inside it), written into its `net0` so `ipfilter` holds it (decision 0101); without a
+    /// pool a new guest keeps the golden image's DHCP.
+    pub fn with_addresses(mut self, pool: Option<AddressPool>) -> Self {
+        self.addresses = pool;
         self
     }
 
@@ -405,6 +425,11 @@ impl<P: Pve + 'static> Provisioner<P> {
                 match compensate_with_retries(&*self.pve, op, created).await {
                     Ok(()) => {
                         self.forget_controller(op, &guest_id).await;
+                        if let Bringup::Provision = bringup {
+                            // Nothing of the new guest is left: its addresses go back to the
+                            // pool (a lost guest's DR keeps them).
+                            self.release_addresses(op, &guest_id).await;
+                        }
                         let _ = op
                             .finish(OpStatus::Compensated, Some(error_chain(&failure)))
                             .await;

@@ -20,8 +20,9 @@ use crate::ops::operation::StepName;
 use crate::ops::operation::{OpJournal, StepError};
 
 impl<P: Pve + 'static> Provisioner<P> {
-    /// The steps of a bring-up, in order: the guest restored (or the one an interrupted
-    /// operation restored taken up), its identity reset, the network guard put on, sized,
+    /// The steps of a bring-up, in order: its addresses chosen, the guest restored (or the one
+    /// an interrupted operation restored taken up), its identity reset, its addresses written,
+    /// the network guard put on, sized,
     /// its root volume grown, its bulk and hot volumes attached, the extensions, the in-guest
     /// identity reset of a DR whose source may still run, `start`, and the post-start
     /// steps. `created` holds the vmid this operation restored, for the rollback.
@@ -33,9 +34,12 @@ impl<P: Pve + 'static> Provisioner<P> {
         bringup: &Bringup,
     ) -> Result<Vmid, StepError> {
         let pve = &*self.pve;
+        // Chosen before anything is built; an interrupted operation finds them journaled.
+        let addresses = self.assign_addresses(op, spec, bringup).await?;
         let (vmid, scenario) = self.restored(op, spec, created, bringup).await?;
         let identity_plan = identity_for(scenario);
         let config = self.reset_identity(op, spec, vmid, &identity_plan).await?;
+        self.set_address(op, vmid, &addresses).await?;
         crate::guests::reconcile::network_guard::guard(pve, op, vmid).await?;
         self.size(op, spec, vmid).await?;
         self.resize_rootfs(op, spec, vmid, &config).await?;

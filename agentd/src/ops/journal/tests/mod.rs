@@ -8,6 +8,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::ops::operation::OpKind;
 
+mod addresses;
 mod applied;
 mod audit;
 mod audit_retention;
