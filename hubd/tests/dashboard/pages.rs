@@ -154,6 +154,7 @@ async fn a_pbs_tier_is_named_by_its_label_and_the_guest_beside_it_never_breaks()
         resources: None,
         controller_digest: None,
         controller_expected: None,
+        addresses: Vec::new(),
     }];
     r.tiers = vec![TierReport {
         tier: 2,
