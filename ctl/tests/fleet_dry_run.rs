@@ -21,6 +21,8 @@ async fn host_with_two_guests(hub: &Fixture) {
         serde_json::from_str(include_str!("../../docs/proto/poll-request.json")).unwrap();
     body["report"]["seq"] = json!(jiff::Timestamp::now().as_millisecond());
     let guests = body["report"]["guests"].as_array_mut().unwrap();
+    // Each runs a controller (a controller update goes only to guests that do).
+    guests[0]["controller_digest"] = json!(format!("sha256:{}", "1".repeat(64)));
     let mut second = guests[0].clone();
     second["guest_id"] = json!("6d2b1f0e-4c3a-4b5d-8e9f-0a1b2c3d4e5f");
     second["hostname"] = json!("acme-db");

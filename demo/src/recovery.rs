@@ -20,7 +20,7 @@
 //! before anything reaches Proxmox (alpha keeps running, untouched) and the hub raises
 //! `archive_rejected`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use bosun_proto::admin::AlertKind;
@@ -52,6 +52,9 @@ pub struct RecoveryOutcome {
     /// Step 12: the signed `restore-now` naming the changed archive (its outcome and
     /// detail), and the `archive_rejected` alert's message.
     pub changed_archive: Option<(String, String, String)>,
+    /// Step 12: the archive file changed on the storage and its length before the change,
+    /// so a kept demo can put it back as it was.
+    pub altered_archive: Option<(PathBuf, u64)>,
 }
 
 /// Step 10; see the module documentation.
@@ -254,6 +257,13 @@ pub(super) async fn changed_archive(
         .ok_or_else(|| DemoError::Check("the hub shows no backup of alpha on local".to_owned()))?;
     let name = volid.trim_start_matches("local:backup/");
     let file = sim.archives.join("dump").join(name);
+    let length = std::fs::metadata(&file)
+        .map_err(|source| DemoError::Artifact {
+            path: file.clone(),
+            source,
+        })?
+        .len();
+    outcome.altered_archive = Some((file.clone(), length));
     {
         use std::io::Write as _;
         let mut archive = std::fs::OpenOptions::new()

@@ -515,6 +515,7 @@ pub async fn run(
         alpha_vmid,
         agent_config: agent.config.clone(),
         run_as,
+        altered_archive: outcome.recovery.altered_archive.clone(),
     };
     Ok((unit, kept))
 }

@@ -11,8 +11,9 @@
 //!   refuses nothing, is in sync again and `storage_refused` resolves;
 //! - the rotten chunks of alpha's group are healed on the backup server (the simulator's
 //!   `chunks/repair`, as a pull sync from an intact replica rewrites them): the next
-//!   verification passes and `verify_failed` resolves, so the sped-up verification clock has
-//!   nothing left to fail on.
+//!   verification passes; alpha's local archive changed in step 12 is put back as it was (the
+//!   appended lines cut), so the check between restore tests that re-hashes it passes too;
+//!   `verify_failed` resolves, and the sped-up verification clock has nothing left to fail on.
 //!
 //! What stays is each the point of its step and says so: charlie's failed restore test
 //! (acknowledged in the triage step), the adopted container `legacy-shop` (orphaned until
@@ -54,6 +55,8 @@ pub struct Kept {
     pub(super) alpha_vmid: u32,
     pub(super) agent_config: PathBuf,
     pub(super) run_as: Option<RunAs>,
+    /// The archive step 12 changed on the storage, and its length before.
+    pub(super) altered_archive: Option<(PathBuf, u64)>,
 }
 
 /// Settles the kept host; see the module documentation.
@@ -150,6 +153,22 @@ async fn settle_within(
         "backup server {server}: {repaired} snapshots of ct/{} healed from an intact replica (the simulator's chunks/repair)",
         kept.alpha_vmid
     ));
+
+    if let Some((file, length)) = &kept.altered_archive {
+        let artifact = |source| DemoError::Artifact {
+            path: file.clone(),
+            source,
+        };
+        let archive = std::fs::OpenOptions::new()
+            .write(true)
+            .open(file)
+            .map_err(artifact)?;
+        archive.set_len(*length).map_err(artifact)?;
+        n.detail(format!(
+            "# truncate -s {length} {}   (alpha's archive changed in step 12 put back as it was: the lines appended cut, so its check between restore tests passes again)",
+            file.display()
+        ));
+    }
 
     let fleet = converge(children, &kept.client, "the kept host to settle", |f| {
         settled(f)

@@ -33,10 +33,17 @@
 //! `bosun_proto::helper` beside the other fixed command lines, and writing the file steps once
 //! in `fsops` and the errors as tuple variants gave about a hundred and fifty back. The helper
 //! alone stays under the 2,000 lines of issue 44; the budget took 30.
+//!
+//! Placing a rollout's controller image (decision 0102: the node's archive hashed against the
+//! signed digest, pushed, loaded and tagged in the guest, then pulled back and measured on
+//! every restart, so the digest the hub shows is one the controller cannot forge) took about
+//! eighty, and reading an archive at a pace for the integrity check between restore tests
+//! (decision 0103) about thirty; one hashing function with an optional pace instead of two
+//! pairs gave about thirty back. The helper alone stays under 2,000; the budget took 55.
 
 use std::path::Path;
 
-const LIMIT: usize = 2_390;
+const LIMIT: usize = 2_445;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("the sources are readable") {

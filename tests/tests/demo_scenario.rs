@@ -229,7 +229,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
     let verify_step = transcript
         .lines()
-        .find(|l| l.trim_start().starts_with("pbs verify") && l.contains("could not run"));
+        .find(|l| l.trim_start().starts_with("verification") && l.contains("could not run"));
     assert!(verify_step.is_some(), "{transcript}");
 
     // Step 14: a job the hub forged is refused and stages nothing; the operator's signed

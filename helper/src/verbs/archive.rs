@@ -29,7 +29,7 @@ pub fn hash(args: &HashArchive, config: &Config) -> Result<Output, HelperError> 
             (root, below.join(name).display().to_string())
         }
     };
-    let (sha256, size) = hash_file_paced(root, &relative, args.rate_mib_s)?;
+    let (sha256, size) = hash_file(root, &relative, args.rate_mib_s)?;
     Ok(Output::ArchiveHashed {
         archive: root.join(&relative).display().to_string(),
         sha256,
@@ -48,69 +48,46 @@ pub fn backup_root<'a>(
 }
 
 /// SHA-256 (lowercase hex) and size of the regular file `name` (a relative path) beneath
-/// `root`.
-pub fn hash_file(root: &Path, name: &str) -> Result<(String, u64), HelperError> {
-    hash_file_paced(root, name, None)
-}
-
-/// As [`hash_file`], read no faster than `rate` MiB per second when one is given.
-fn hash_file_paced(
+/// `root`, read no faster than `rate` MiB per second when one is given.
+pub fn hash_file(
     root: &Path,
     name: &str,
     rate: Option<NonZeroU32>,
 ) -> Result<(String, u64), HelperError> {
     let (dir, path) = (open_root(root)?, root.join(name));
-    let (file, stat) = open_file(
-        Some(&dir),
-        Path::new(name),
-        OFlags::RDONLY | OFlags::NONBLOCK,
-    )?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK;
+    let (file, stat) = open_file(Some(&dir), Path::new(name), flags)?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(HelperError::not_found(
-            "regular archive file",
-            path.display(),
-        ));
+        let what = "regular archive file";
+        return Err(HelperError::not_found(what, path.display()));
     }
-    sha256_paced(file, &path, rate)
-}
-
-/// SHA-256 (lowercase hex) of what `file` (at `path`) reads, and its size.
-pub fn sha256(file: std::fs::File, path: &Path) -> Result<(String, u64), HelperError> {
-    sha256_paced(file, path, None)
+    sha256(file, &path, rate)
 }
 
 /// How much is read between two looks at the pace.
-const CHUNK: usize = 1 << 20;
+const CHUNK: u64 = 1 << 20;
 
-/// As [`sha256`], read no faster than `rate` MiB per second when one is given: after each
-/// chunk the reader sleeps until the bytes read so far are due at that rate.
-pub(crate) fn sha256_paced(
+/// SHA-256 (lowercase hex) of what `file` (at `path`) reads, and its size, read no faster
+/// than `rate` MiB per second when one is given: after each chunk the reader sleeps until
+/// the bytes read so far are due at that rate.
+pub fn sha256(
     mut file: std::fs::File,
     path: &Path,
     rate: Option<NonZeroU32>,
 ) -> Result<(String, u64), HelperError> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
-    let (started, mut size) = (Instant::now(), 0u64);
+    let (mut hasher, started, mut size) = (Sha256::new(), Instant::now(), 0u64);
     loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_error("read", path)(e)),
-        };
-        hasher.update(&buf[..n]);
-        size = size.saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
+        let mut chunk = (&mut file).take(CHUNK);
+        let n = std::io::copy(&mut chunk, &mut hasher).map_err(io_error("read", path))?;
+        if n == 0 {
+            break;
+        }
+        size = size.saturating_add(n);
         if let Some(wait) = rate.and_then(|r| due_at(size, r).checked_sub(started.elapsed())) {
             std::thread::sleep(wait);
         }
     }
-    let hex = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok((hex, size))
+    Ok((hex(&hasher.finalize()), size))
 }
 
 /// When `bytes` are due at `rate` MiB per second, from the start of the read.
@@ -136,5 +113,5 @@ pub fn hash_built(archive: &str, config: &Config) -> Result<Option<(String, u64)
     if path.parent() != Some(config.dump_root.as_path()) || ArchiveName::new(name).is_err() {
         return Ok(None);
     }
-    hash_file(&config.dump_root, name).map(Some)
+    hash_file(&config.dump_root, name, None).map(Some)
 }

@@ -92,7 +92,7 @@ fn write(
     exec::run_to_file((pct, &argv), (copy, &path), args.max_bytes.get(), time)?;
     file.sync_all().map_err(io_error("sync", &path))?;
     rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0)).map_err(io_error("seek", &path))?;
-    let (sha256, size) = sha256(file, &path)?;
+    let (sha256, size) = sha256(file, &path, None)?;
     let name = bulk_archive_name(args.volume.as_str(), std::time::SystemTime::now());
     dir.rename(partial, &name, true)?;
     Ok((name, sha256, size))

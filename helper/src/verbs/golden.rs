@@ -100,8 +100,8 @@ pub(super) fn signed_image<'a>(
 ) -> Result<&'a Path, HelperError> {
     let image = &config.controller_image_archive;
     let beneath_root = image.strip_prefix("/").unwrap_or(image);
-    let (found, _) =
-        super::archive::hash_file(Path::new("/"), &beneath_root.display().to_string())?;
+    let beneath_root = beneath_root.display().to_string();
+    let (found, _) = super::archive::hash_file(Path::new("/"), &beneath_root, None)?;
     if found != sha256.as_str() {
         let what = "controller image archive";
         return Err(HelperError::DigestMismatch(what, sha256.to_string(), found));

@@ -81,20 +81,11 @@ pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Outp
     let signed = a.image.as_ref().map(|s| format!("sha256:{s}"));
     if let (Some(sha256), Some(d)) = (&a.image, &signed) {
         place_image(config, &vmid, sha256)?;
-        let d = format!("{d}\n");
-        stage::push_file(
-            config,
-            a.vmid,
-            "digest",
-            d.as_bytes(),
-            GUEST_CONTROLLER_DIGEST,
-        )?;
+        let (digest, to) = (format!("{d}\n"), GUEST_CONTROLLER_DIGEST);
+        stage::push_file(config, a.vmid, "digest", digest.as_bytes(), to)?;
     }
-    let argv: Vec<&str> = ["exec", &vmid]
-        .into_iter()
-        .chain(RESTART_CONTROLLER_ARGV)
-        .collect();
-    exec::run(pct, &argv, config.limits.restart, &[0])?;
+    let argv = ["exec", &vmid].into_iter().chain(RESTART_CONTROLLER_ARGV);
+    exec::run(pct, &argv.collect::<Vec<_>>(), config.limits.restart, &[0])?;
     let pulled = guests::pull(config, &vmid, IMAGE, max)?;
     let hash = |b: &Vec<u8>| format!("sha256:{}", hex(&Sha256::digest(b)));
     let measured = pulled.as_ref().map(hash);
@@ -104,8 +95,7 @@ pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Outp
         _ if over => format!("{IMAGE} is over {max} bytes"),
         Some(s) if measured.as_ref() != Some(&s) => format!("the guest holds {found}, not {s}"),
         _ => {
-            let unit = CONTROLLER_UNIT.to_owned();
-            let vmid = a.vmid;
+            let (unit, vmid) = (CONTROLLER_UNIT.to_owned(), a.vmid);
             return Ok(Output::ControllerRestarted {
                 vmid,
                 unit,
@@ -125,10 +115,9 @@ fn place_image(config: &Config, vmid: &str, sha256: &Sha256Hex) -> Result<(), He
     exec::run(pct, &push, time, &[0])?;
     let load = ["exec", vmid, "--", DOCKER, "load", "--input", IMAGE];
     let loaded = exec::run(pct, &load, time, &[0])?.stdout.text();
-    let image = loaded_image(&loaded).ok_or_else(|| {
-        let what = "docker load named no image it loaded".to_owned();
-        HelperError::ProgramOutput(pct.clone(), what)
-    })?;
+    let unnamed = "docker load named no image it loaded";
+    let none = || HelperError::ProgramOutput(pct.clone(), unnamed.to_owned());
+    let image = loaded_image(&loaded).ok_or_else(none)?;
     let (image, golden) = (image.as_str(), GOLDEN_IMAGE_TAG);
     let tag = ["exec", vmid, "--", DOCKER, "tag", image, golden];
     exec::run(pct, &tag, config.limits.quick, &[0]).map(drop)

@@ -302,10 +302,19 @@ fn replace_host(
     )?;
     // The new box numbers its audit log from 1 again: the lost box's entries are archived so
     // the new ones are neither taken for duplicates nor acknowledged before they arrive.
-    let archived = tx.execute(
+    // A row counts every entry it stands for (decision 0106).
+    let archived: i64 = tx.query_row(
         "archive audit entries",
-        "INSERT INTO replaced_audit (host_id, replaced_ms, seq, at_ms, action, detail)
-         SELECT host_id, ?1, seq, at_ms, action, detail FROM audit WHERE host_id = ?2",
+        "SELECT COALESCE(SUM(repeats), 0) FROM audit WHERE host_id = ?1",
+        params![id],
+        |r| r.get(0),
+    )?;
+    tx.execute(
+        "archive audit entries",
+        "INSERT INTO replaced_audit
+             (host_id, replaced_ms, seq, at_ms, action, detail, repeats, last_seq, last_at_ms)
+         SELECT host_id, ?1, seq, at_ms, action, detail, repeats, last_seq, last_at_ms
+         FROM audit WHERE host_id = ?2",
         params![e.now_ms, id],
     )?;
     tx.execute(

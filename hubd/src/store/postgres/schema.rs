@@ -374,5 +374,8 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE audit ADD COLUMN last_at_ms BIGINT;
     ALTER TABLE audit ADD COLUMN subject TEXT;
     CREATE INDEX audit_by_subject ON audit (host_id, subject, seq);
+    ALTER TABLE replaced_audit ADD COLUMN repeats BIGINT NOT NULL DEFAULT 1;
+    ALTER TABLE replaced_audit ADD COLUMN last_seq BIGINT;
+    ALTER TABLE replaced_audit ADD COLUMN last_at_ms BIGINT;
     ",
 ];

@@ -427,12 +427,15 @@ pub const MIGRATIONS: &[&str] = &[
     ",
     // 23: an audit entry that repeats its subject's newest row is counted on it (decision
     // 0106): how many times, the last one's sequence number and time, and the subject that
-    // finds the row.
+    // finds the row. A replaced host's archive keeps the count too.
     r"
     ALTER TABLE audit ADD COLUMN repeats INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE audit ADD COLUMN last_seq INTEGER;
     ALTER TABLE audit ADD COLUMN last_at_ms INTEGER;
     ALTER TABLE audit ADD COLUMN subject TEXT;
     CREATE INDEX audit_by_subject ON audit (host_id, subject, seq);
+    ALTER TABLE replaced_audit ADD COLUMN repeats INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE replaced_audit ADD COLUMN last_seq INTEGER;
+    ALTER TABLE replaced_audit ADD COLUMN last_at_ms INTEGER;
     ",
 ];

@@ -52,7 +52,6 @@ mod hot;
 mod restore;
 mod steps;
 
-pub use address::AddressRefusal;
 pub use dr_restore::Recovery;
 
 use std::collections::BTreeSet;
