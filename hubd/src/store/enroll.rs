@@ -305,7 +305,7 @@ fn replace_host(
     // A row counts every entry it stands for (decision 0106).
     let archived: i64 = tx.query_row(
         "archive audit entries",
-        "SELECT COALESCE(SUM(repeats), 0) FROM audit WHERE host_id = ?1",
+        "SELECT CAST(COALESCE(SUM(repeats), 0) AS BIGINT) FROM audit WHERE host_id = ?1",
         params![id],
         |r| r.get(0),
     )?;
