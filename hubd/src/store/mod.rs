@@ -65,6 +65,8 @@ pub use traits::{
 };
 
 #[cfg(test)]
+mod page_work_tests;
+#[cfg(test)]
 mod scale_tests;
 #[cfg(test)]
 mod tests;

@@ -438,4 +438,11 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE replaced_audit ADD COLUMN last_seq INTEGER;
     ALTER TABLE replaced_audit ADD COLUMN last_at_ms INTEGER;
     ",
+    // 24: the judge-due index holds only hosts with a due time (decision 0111): a host's
+    // first judgment adds its entry near the index's end instead of also removing one from
+    // among the entries of every host not yet judged.
+    r"
+    DROP INDEX hosts_judge_due;
+    CREATE INDEX hosts_judge_due ON hosts (judge_due_ms) WHERE judge_due_ms IS NOT NULL;
+    ",
 ];
