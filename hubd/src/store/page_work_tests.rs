@@ -153,7 +153,6 @@ fn a_first_report_writes_few_pages_of_its_own() {
     wal.push("-wal");
     let (page_size, frames) = wal_frames(std::path::Path::new(&wal));
     let reports = BATCH * BATCHES;
-    #[allow(clippy::cast_precision_loss)]
     let per_report = frames.len() as f64 / reports as f64;
     let trees = by_tree(&store, &frames);
     eprintln!(
@@ -163,7 +162,6 @@ fn a_first_report_writes_few_pages_of_its_own() {
         frames.len() * (page_size + 24) / reports
     );
     for (name, count) in &trees {
-        #[allow(clippy::cast_precision_loss)]
         let share = *count as f64 / reports as f64;
         eprintln!("  {name:<32} {count:>6} frames, {share:.2} per report");
     }
