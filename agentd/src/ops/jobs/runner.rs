@@ -141,6 +141,13 @@ impl<P: Pve + 'static> JobRunner<P> {
         self
     }
 
+    /// The same runner, running `restore-bulk` jobs with `setup`.
+    #[must_use]
+    pub fn with_bulk_restore(mut self, setup: super::bulk_restore_run::BulkRestoreSetup) -> Self {
+        self.setups.bulk_restore = Some(setup);
+        self
+    }
+
     /// The same runner, running `storage-detach` jobs against `context`.
     #[must_use]
     pub fn with_storage_detach(mut self, context: DetachContext) -> Self {
