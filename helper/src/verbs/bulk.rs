@@ -182,91 +182,60 @@ pub fn restore(args: &BulkRestore, config: &Config) -> Result<Output, HelperErro
             path.display(),
         ));
     }
-    let (size, recorded) = (args.size.get(), args.sha256.as_str());
-    let read = Hashing::new((&file).take(size.saturating_add(1)));
-    let (digest, read) = read.finish_reading().map_err(io_error("read", &path))?;
-    if (digest.as_str(), read) != (recorded, size) {
-        return Err(HelperError::DigestMismatch(
-            "bulk archive",
-            recorded.into(),
-            digest,
-        ));
-    }
+    let recorded = (args.sha256.as_str(), args.size.get());
+    let verified = |what, (digest, read): (String, u64)| match (digest.as_str(), read) {
+        got if got == recorded => Ok(digest),
+        _ => Err(HelperError::DigestMismatch(what, recorded.0.into(), digest)),
+    };
+    let mut read = Hashing((&file).take(recorded.1.saturating_add(1)), Sha256::new(), 0);
+    std::io::copy(&mut read, &mut std::io::sink()).map_err(io_error("read", &path))?;
+    verified("bulk archive", read.digest())?;
     rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0)).map_err(io_error("seek", &path))?;
     let limit = Duration::from_secs(u64::from(args.timeout_secs.get()));
-    let time = |started: Instant| limit.saturating_sub(started.elapsed());
+    let left = || limit.saturating_sub(started.elapsed());
     let (pct, vmid) = (config.programs.pct.as_path(), args.vmid.to_string());
-    let step = |step| {
-        [
-            &["exec", vmid.as_str(), "--"][..],
-            &bulk_restore_argv(step, args.path.as_str()),
-        ]
-        .concat()
-    };
-    let extract = step(BulkRestoreStep::Extract);
+    let at = (vmid.as_str(), args.path.as_str());
+    let step = |step| [&["exec", at.0, "--"][..], &bulk_restore_argv(step, at.1)].concat();
+    let source = (Hashing(file, Sha256::new(), 0), path.as_path());
     let fed = exec::run_fed(
-        (pct, &extract),
-        (Hashing::new(file), &path),
-        size,
-        time(started),
+        (pct, &step(BulkRestoreStep::Extract)),
+        source,
+        recorded.1,
+        left(),
     )?;
-    let (digest, fed) = fed.digest();
-    if (digest.as_str(), fed) != (recorded, size) {
-        let secs = config.limits.quick;
-        let _ = exec::run(pct, &step(BulkRestoreStep::Discard), secs, &[0]);
-        return Err(HelperError::DigestMismatch(
-            "bulk archive fed to tar",
-            recorded.into(),
-            digest,
-        ));
-    }
-    exec::run(
-        pct,
-        &step(BulkRestoreStep::Swap),
-        time(started).as_secs().max(1),
-        &[0],
-    )?;
+    let digest = verified("bulk archive fed to tar", fed.digest()).inspect_err(|_| {
+        let _ = exec::run(
+            pct,
+            &step(BulkRestoreStep::Discard),
+            config.limits.quick,
+            &[0],
+        );
+    })?;
+    let swap = step(BulkRestoreStep::Swap);
+    exec::run(pct, &swap, left().as_secs().max(1), &[0])?;
+    let (archive, size) = (path.display().to_string(), recorded.1);
     Ok(Output::BulkRestored {
-        archive: path.display().to_string(),
+        archive,
         sha256: digest,
         size,
     })
 }
 
-/// A reader that hashes what it reads.
-struct Hashing<R> {
-    inner: R,
-    hasher: Sha256,
-    read: u64,
-}
+/// A reader that hashes what it reads (SHA-256, and how many bytes).
+struct Hashing<R>(R, Sha256, u64);
 
-impl<R: Read> Hashing<R> {
-    fn new(inner: R) -> Self {
-        let (hasher, read) = (Sha256::new(), 0);
-        Self {
-            inner,
-            hasher,
-            read,
-        }
-    }
-
-    /// Reads the rest, then [`Hashing::digest`].
-    fn finish_reading(mut self) -> std::io::Result<(String, u64)> {
-        std::io::copy(&mut self, &mut std::io::sink())?;
-        Ok(self.digest())
-    }
-
+impl<R> Hashing<R> {
     /// The SHA-256 (lowercase hex) and count of every byte read.
     fn digest(self) -> (String, u64) {
-        (hex(&self.hasher.finalize()), self.read)
+        (hex(&self.1.finalize()), self.2)
     }
 }
 
 impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.read += n as u64;
+        let n = self.0.read(buf)?;
+        self.1.update(&buf[..n]);
+        self.2 += n as u64;
         Ok(n)
     }
 }
