@@ -121,7 +121,6 @@ impl JobKind {
     /// Every kind, in the order `bosunctl` lists them.
     pub const ALL: [JobKind; 11] = [
         Self::RestoreNow,
-        Self::RestoreBulk,
         Self::Decommission,
         Self::StorageDetach,
         Self::StorageWipe,
@@ -131,6 +130,7 @@ impl JobKind {
         Self::AgentUpdate,
         Self::ControllerUpdate,
         Self::Adopt,
+        Self::RestoreBulk,
     ];
 
     /// The kind named `name` on the wire (`restore-now`, …).

@@ -19,6 +19,7 @@
 //! | `break-glass-disable` | `accepted`, `helper.close` | — |
 //! | `agent-update` | `accepted`, `download`, `stage` | — (the agent itself) |
 //! | `adopt` | `accepted`, `adopt_check`, `record_adopted`, `tag_identity`, with a bootstrap `check_token`, `push_bootstrap`, `store_token` | `AdoptGuest` |
+//! | `restore-bulk` | `accepted` (the journal's record of the archive), `restore_bulk` | `RestoreBulkVolume` |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
 //! from its `accepted` step, which holds everything needed to run it again;
