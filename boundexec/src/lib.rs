@@ -184,7 +184,88 @@ fn wait_for<T>(thread: &JoinHandle<T>, grace: Duration) -> bool {
 /// Runs `command` within `limits` (see the crate docs). Its stdin, stdout, stderr and process
 /// group are set here; everything else (program, arguments, environment) is the caller's.
 pub fn run(command: Command, streams: Streams, limits: Limits) -> Result<Ran, ExecError> {
-    run_piped(command, streams, limits, None).map(|(ran, _)| ran)
+    run_piped(command, streams, limits, None, Stdio::null()).map(|(ran, _)| ran)
+}
+
+/// What [`run_fed`] fed the program.
+#[derive(Debug)]
+pub struct Fed<R> {
+    /// The source, read up to its end or the limit (so a reader that hashes has seen it all).
+    pub source: R,
+    /// Bytes read from the source.
+    pub read: u64,
+    /// Bytes the program took before it closed its stdin (or ended).
+    pub taken: u64,
+    /// Reading the source failed.
+    pub error: Option<std::io::Error>,
+}
+
+/// [`run`] with the program's stdin fed from `source`, at most `max` bytes, on a thread of its
+/// own. When the program stops reading, the rest of the source (up to `max`) is still read, not
+/// written; when the call ends by its time limit, reading stops.
+pub fn run_fed<R: Read + Send + 'static>(
+    command: Command,
+    source: R,
+    max: u64,
+    limits: Limits,
+) -> Result<(Ran, Fed<R>), ExecError> {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let (read_end, write_end) = std::io::pipe().map_err(|source| ExecError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let feeding = Arc::clone(&stop);
+    let feeder = std::thread::spawn(move || feed(source, write_end, max, &feeding));
+    let ran = run_piped(command, Streams::Separate, limits, None, read_end.into());
+    stop.store(
+        ran.as_ref().is_ok_and(|(r, _)| r.timed_out),
+        Ordering::SeqCst,
+    );
+    let fed = feeder.join().map_err(|_| ExecError::Wait {
+        program,
+        source: std::io::Error::other("the feeder panicked"),
+    })?;
+    Ok((ran?.0, fed))
+}
+
+/// Copies `source` into `pipe` (see [`run_fed`]).
+fn feed<R: Read>(
+    mut source: R,
+    mut pipe: std::io::PipeWriter,
+    max: u64,
+    stop: &AtomicBool,
+) -> Fed<R> {
+    let (mut read, mut taken, mut open) = (0u64, 0u64, true);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut error = None;
+    while read < max && !stop.load(Ordering::SeqCst) {
+        let want = usize::try_from(max - read)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = match source.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        };
+        read += n as u64;
+        if open && pipe.write_all(&buf[..n]).is_ok() {
+            taken += n as u64;
+        } else {
+            open = false;
+        }
+    }
+    drop(pipe);
+    Fed {
+        source,
+        read,
+        taken,
+        error,
+    }
 }
 
 /// What [`run_to_file`] wrote.
@@ -208,7 +289,13 @@ pub fn run_to_file(
     max: u64,
     limits: Limits,
 ) -> Result<(Ran, Written), ExecError> {
-    let (ran, written) = run_piped(command, Streams::Separate, limits, Some((file, max)))?;
+    let (ran, written) = run_piped(
+        command,
+        Streams::Separate,
+        limits,
+        Some((file, max)),
+        Stdio::null(),
+    )?;
     Ok((ran, written.unwrap_or_default()))
 }
 
@@ -252,6 +339,7 @@ fn run_piped(
     streams: Streams,
     limits: Limits,
     sink: Option<(std::fs::File, u64)>,
+    stdin: Stdio,
 ) -> Result<(Ran, Option<Written>), ExecError> {
     let program = command.get_program().to_string_lossy().into_owned();
     let spawn_err = |source| ExecError::Spawn {
@@ -268,7 +356,7 @@ fn run_piped(
         }
     };
     command
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(out_write)
         .stderr(err_write)
         .process_group(0);

@@ -1,6 +1,6 @@
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 
@@ -174,4 +174,52 @@ fn a_program_writing_into_the_file_past_its_time_is_killed() {
     assert!(ran.timed_out);
     assert!(ran.failure(&[0]).is_some());
     assert_eq!((written.bytes, written.over), (5, false));
+}
+
+#[test]
+fn stdin_is_fed_up_to_its_limit_and_the_source_read_to_it_even_when_the_program_stops() {
+    let source: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    // The program reads everything it is fed: the limit, not the source's end.
+    let (ran, fed) = run_fed(
+        sh("wc -c"),
+        std::io::Cursor::new(source.clone()),
+        200_000,
+        limits(10, 100),
+    )
+    .unwrap();
+    assert_eq!(ran.code(), Some(0));
+    assert_eq!(ran.stdout.text().trim(), "200000");
+    assert_eq!((fed.read, fed.taken), (200_000, 200_000));
+    assert!(fed.error.is_none());
+    assert_eq!(fed.source.position(), 200_000);
+    // A program that stops reading early: the rest is still read from the source, not fed.
+    let (ran, fed) = run_fed(
+        sh("head -c 10 > /dev/null"),
+        std::io::Cursor::new(source),
+        300_000,
+        limits(10, 100),
+    )
+    .unwrap();
+    assert_eq!(ran.code(), Some(0));
+    assert_eq!(fed.read, 300_000);
+    assert!(fed.taken < 300_000, "{}", fed.taken);
+}
+
+#[test]
+fn a_fed_program_past_its_time_is_killed_and_the_feed_stops() {
+    let endless = std::io::repeat(7);
+    let started = Instant::now();
+    let (ran, fed) = run_fed(
+        sh("sleep 30"),
+        endless,
+        u64::MAX,
+        Limits {
+            time: Duration::from_millis(300),
+            keep: 100,
+        },
+    )
+    .unwrap();
+    assert!(ran.timed_out);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(fed.read < u64::MAX);
 }

@@ -36,7 +36,8 @@ pub struct NewArgs {
     /// `break-glass-disable`, `agent-update`, `controller-update` (with
     /// `--param digest=sha256:…`) or `adopt` (with `--vmid`, `--param hostname=…`,
     /// `--param config_digest=…` as `pvesh get /nodes/NODE/lxc/VMID/config` shows them, and
-    /// optionally `--param bootstrap=true` with `customer_id=…` and `customer_name=…`).
+    /// optionally `--param bootstrap=true` with `customer_id=…` and `customer_name=…`) or
+    /// `restore-bulk` (with `--volume`, optionally `--archive`).
     #[arg(long, value_enum)]
     pub kind: KindArg,
     /// The host the job is for: its id, or its hostname (looked up at the hub).
@@ -49,6 +50,14 @@ pub struct NewArgs {
     /// The guest's vmid (guest jobs); by default the one the hub knows for the guest.
     #[arg(long)]
     pub vmid: Option<u32>,
+    /// `restore-bulk`: the guest's bulk volume to put back (`--param volume=…`).
+    #[arg(long, value_name = "VOLUME")]
+    pub volume: Option<String>,
+    /// `restore-bulk`: the archive to put back, `bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`
+    /// (`--param archive=…`); by default the newest the host recorded. The host takes its
+    /// size and SHA-256 from its own records, never from the job.
+    #[arg(long, value_name = "ARCHIVE", requires = "volume")]
+    pub archive: Option<String>,
     /// A parameter, `key=value` (e.g. `backup=local:backup/vzdump-lxc-101-….tar.zst`).
     #[arg(long = "param", value_name = "KEY=VALUE")]
     pub params: Vec<String>,
@@ -185,7 +194,21 @@ async fn guest_target(
 }
 
 fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>, vmid: Option<u32>) -> Result<(), CtlError> {
-    let params = params(&args.params)?;
+    let mut params = params(&args.params)?;
+    let named = [
+        (bosun_proto::job::RESTORE_BULK_VOLUME, &args.volume),
+        (bosun_proto::job::RESTORE_BULK_ARCHIVE, &args.archive),
+    ];
+    for (key, value) in named {
+        let Some(value) = value else { continue };
+        if args.kind.0 != JobKind::RestoreBulk {
+            return Err(CtlError::BadArgument {
+                what: "--volume",
+                reason: "`--volume` and `--archive` belong to `--kind restore-bulk`".into(),
+            });
+        }
+        params.insert(key.to_owned(), serde_json::Value::String(value.clone()));
+    }
     let timeout_s = args
         .timeout
         .as_deref()

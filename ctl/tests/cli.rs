@@ -548,6 +548,41 @@ async fn a_job_the_agent_would_refuse_is_refused_before_it_is_queued() {
         stderr(&out)
     );
 
+    // `restore-bulk` names the volume and the archive; no other kind takes them.
+    let doc = dir.join("restore-bulk.json");
+    let restore_bulk = [
+        "job",
+        "new",
+        "--kind",
+        "restore-bulk",
+        "--host",
+        "pve-submit-02",
+        "--guest",
+        "web",
+        "--volume",
+        "media",
+        "--archive",
+        "bulk-media-2026_02_03-04_05_06.tar",
+        "-o",
+        doc.to_str().unwrap(),
+    ];
+    assert_ok(&hub.run(&restore_bulk).await);
+    let written: Value = serde_json::from_slice(&std::fs::read(&doc).unwrap()).unwrap();
+    assert_eq!(written["kind"], "restore-bulk");
+    assert_eq!(
+        written["params"],
+        serde_json::json!({"volume": "media", "archive": "bulk-media-2026_02_03-04_05_06.tar"})
+    );
+    assert_eq!(written["target"]["vmid"], 123);
+    let mut other_volume = restore_bulk;
+    other_volume[11] = "bulk-photos-2026_02_03-04_05_06.tar";
+    assert_exit(&hub.run(&other_volume).await, 4);
+    let out = hub
+        .run(&[&backup_web[..], &["--volume", "media"]].concat())
+        .await;
+    assert_exit(&out, 4);
+    assert!(stderr(&out).contains("restore-bulk"), "{}", stderr(&out));
+
     // `job new` with a mistyped kind lists the kinds.
     let out = hub
         .run(&[

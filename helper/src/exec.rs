@@ -109,6 +109,24 @@ pub fn run_to_file<S: AsRef<OsStr>>(
     }
 }
 
+/// [`run`] for a program whose stdin is fed from `source` (at `path`, for messages), at most
+/// `max` bytes (see [`bosun_boundexec::run_fed`]); gives the source back, read up to its end or
+/// `max`.
+pub fn run_fed<S: AsRef<OsStr>, R: std::io::Read + Send + 'static>(
+    (program, args): (&Path, &[S]),
+    (source, path): (R, &Path),
+    max: u64,
+    time: Duration,
+) -> Result<R, HelperError> {
+    let limits = Limits { time, keep: KEEP };
+    let (ran, fed) = bosun_boundexec::run_fed(command(program, args)?, source, max, limits)
+        .map_err(HelperError::Exec)?;
+    if let Some(source) = fed.error {
+        return Err(io_error("read", path)(source));
+    }
+    succeeded(program, args, ran, &[0]).map(|_| fed.source)
+}
+
 fn succeeded<S: AsRef<OsStr>>(
     program: &Path,
     args: &[S],

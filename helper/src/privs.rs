@@ -38,8 +38,11 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         // `pct exec` reads the CT's config and enters its namespaces (setns, ptrace-mode
         // access to its init's /proc entries) to run a fixed command as the container's root;
         // `pct config` reads the config. `bulk_archive` also writes beneath a root-owned
-        // backup root as its owner.
-        VerbName::ResetGuestIdentity | VerbName::RestoreCheck | VerbName::BulkArchive => &[
+        // backup root as its owner; `bulk_restore` reads beneath one.
+        VerbName::ResetGuestIdentity
+        | VerbName::RestoreCheck
+        | VerbName::BulkArchive
+        | VerbName::BulkRestore => &[
             CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN,
             CAP_SYS_CHROOT, CAP_SYS_PTRACE],
         // Writes or removes one file in a root-owned directory as its owner: no capability.

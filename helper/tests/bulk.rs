@@ -195,7 +195,7 @@ fn the_volume_is_archived_beneath_its_storage_and_older_archives_past_keep_last_
     assert_eq!(
         execs,
         [format!(
-            "pct [exec] [{VMID}] [--] [/usr/bin/tar] [--create] [--file=-] [--one-file-system] [--numeric-owner] [--directory=/srv/media] [.]"
+            "pct [exec] [{VMID}] [--] [/usr/bin/tar] [--create] [--file=-] [--one-file-system] [--numeric-owner] [--exclude=./.bosun-restore-*] [--directory=/srv/media] [.]"
         )]
     );
     let audit = call.audit();

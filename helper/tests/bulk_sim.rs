@@ -124,7 +124,7 @@ fn bulk_archive_tars_the_simulated_guests_volume_into_the_storage() {
     assert!(
         install
             .calls()
-            .contains(&"pct [exec] [130] [--] [/usr/bin/tar] [--create] [--file=-] [--one-file-system] [--numeric-owner] [--directory=/srv/media] [.]".to_owned()),
+            .contains(&"pct [exec] [130] [--] [/usr/bin/tar] [--create] [--file=-] [--one-file-system] [--numeric-owner] [--exclude=./.bosun-restore-*] [--directory=/srv/media] [.]".to_owned()),
         "{:?}",
         install.calls()
     );

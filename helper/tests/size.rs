@@ -40,10 +40,19 @@
 //! eighty, and reading an archive at a pace for the integrity check between restore tests
 //! (decision 0103) about thirty; one hashing function with an optional pace instead of two
 //! pairs gave about thirty back. The helper alone stays under 2,000; the budget took 55.
+//!
+//! `bulk_restore` (decision 0108: a bulk volume's archive re-hashed against the agent's record
+//! before the guest is entered, fed from the same open file to the guest's tar and hashed again,
+//! then swapped in or discarded) took about a hundred and ten in the helper and seventy in
+//! `bosun-boundexec` (a program's stdin fed from a reader on a thread of its own, bounded in
+//! bytes, the rest still read once the program stops reading); the guest's script and its
+//! command lines went to `bosun_proto::helper`, and the admission and the walk to the storage
+//! directory are `bulk_archive`'s, shared. The helper alone is now about a hundred over the
+//! 2,000 of issue 44; the budget took 185.
 
 use std::path::Path;
 
-const LIMIT: usize = 2_445;
+const LIMIT: usize = 2_630;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("the sources are readable") {

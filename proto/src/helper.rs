@@ -15,7 +15,8 @@ pub mod stamp;
 mod types;
 mod unit;
 
-pub use bulk::{BULK_ARCHIVE_PREFIX, BULK_DIR, BULK_TAR_ARGV};
+pub use bulk::{BULK_ARCHIVE_PREFIX, BULK_DIR, BULK_RESTORE_SCRIPT, BULK_TAR_ARGV};
+pub use bulk::{BULK_RESTORE_DIRS, BulkRestoreStep, bulk_restore_argv};
 pub use bulk::{bulk_archive_name, is_bulk_archive_name};
 pub use types::{
     AgentVersion, ArchiveBytes, ArchiveName, ArchiveSeconds, BlockDevice, BootstrapDocument,
@@ -353,6 +354,32 @@ pub struct BulkArchive {
     pub timeout_secs: ArchiveSeconds,
 }
 
+/// Arguments of `bulk_restore` (decision 0108): what the agent's journal recorded of one
+/// archive that `bulk_archive` wrote, to be put back into its volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRestore {
+    /// The guest, admitted as every guest verb's is; its stamp must be bound to `guest_id`.
+    pub vmid: Vmid,
+    /// The guest id its stamp is bound to (a directory of the archive's path).
+    pub guest_id: uuid::Uuid,
+    /// The bulk volume (a directory of the archive's path, the start of its name).
+    pub volume: VolumeName,
+    /// Where the volume is mounted in the guest: the `mp=` of one of its current mount points.
+    pub path: GuestPath,
+    /// The target storage's path, beneath one of the helper's backup roots; the archive lies
+    /// in `<storage_dir>/bosun-bulk/<guest_id>/<volume>/`.
+    pub storage_dir: StorageDir,
+    /// The archive's file name, of `bulk_archive`'s shape for `volume`.
+    pub archive: String,
+    /// Its SHA-256 as recorded when it was written; any other is refused.
+    pub sha256: Sha256Hex,
+    /// Its size as recorded; any other is refused.
+    pub size: ArchiveBytes,
+    /// How long the whole restore may take; longer fails it (the volume is left whole).
+    pub timeout_secs: ArchiveSeconds,
+}
+
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -395,6 +422,9 @@ pub enum Request {
     /// `pct exec <vmid> -- tar` of one bulk volume, written to a file beneath a backup root
     /// and the volume's oldest archives there removed past `keep_last` (decision 0090).
     BulkArchive(BulkArchive),
+    /// One bulk archive, re-hashed against the digest the agent recorded, extracted by the
+    /// guest's own tar into a fresh directory on the volume and swapped in (decision 0108).
+    BulkRestore(BulkRestore),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -427,11 +457,13 @@ pub enum VerbName {
     StageAgentUpdate,
     /// See [`Request::BulkArchive`].
     BulkArchive,
+    /// See [`Request::BulkRestore`].
+    BulkRestore,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 13] = [
+    pub const ALL: [VerbName; 14] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -445,6 +477,7 @@ impl VerbName {
         Self::BreakGlassClose,
         Self::StageAgentUpdate,
         Self::BulkArchive,
+        Self::BulkRestore,
     ];
 
     /// The wire name.
@@ -463,6 +496,7 @@ impl VerbName {
             Self::BreakGlassClose => "break_glass_close",
             Self::StageAgentUpdate => "stage_agent_update",
             Self::BulkArchive => "bulk_archive",
+            Self::BulkRestore => "bulk_restore",
         }
     }
 
@@ -495,6 +529,7 @@ impl Request {
             Self::BreakGlassClose(_) => VerbName::BreakGlassClose,
             Self::StageAgentUpdate(_) => VerbName::StageAgentUpdate,
             Self::BulkArchive(_) => VerbName::BulkArchive,
+            Self::BulkRestore(_) => VerbName::BulkRestore,
         }
     }
 }
@@ -654,6 +689,15 @@ pub enum Output {
         size: u64,
         /// The older archives of the volume removed to keep `keep_last`.
         removed: u32,
+    },
+    /// `bulk_restore`
+    BulkRestored {
+        /// The archive's path.
+        archive: String,
+        /// SHA-256 of the bytes the guest's tar read, lowercase hex (the recorded one).
+        sha256: String,
+        /// How many bytes it read.
+        size: u64,
     },
 }
 

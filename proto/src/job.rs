@@ -37,6 +37,11 @@ pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -100..=100;
 /// Longest reason a result gives for being (or not being) retriable.
 pub const MAX_RETRIABLE_REASON: usize = 256;
 
+/// The parameter of `restore-bulk` naming the volume.
+pub const RESTORE_BULK_VOLUME: &str = "volume";
+/// The parameter of `restore-bulk` naming the archive (optional).
+pub const RESTORE_BULK_ARCHIVE: &str = "archive";
+
 const ARMOR_BEGIN: &str = "-----BEGIN SSH SIGNATURE-----";
 const ARMOR_END: &str = "-----END SSH SIGNATURE-----";
 
@@ -106,11 +111,15 @@ pub enum JobKind {
     /// Wipe a storage target: delete the archives this host recorded writing to it (and
     /// nothing else on it) before the target is detached.
     StorageWipe,
+    /// Put one bulk volume's archive back into the volume (decision 0108): `params.volume`,
+    /// optionally `params.archive` (default: the newest the host's journal recorded). The
+    /// archive's path, size and SHA-256 are the journal's, never the job's.
+    RestoreBulk,
 }
 
 impl JobKind {
     /// Every kind, in the order `bosunctl` lists them.
-    pub const ALL: [JobKind; 10] = [
+    pub const ALL: [JobKind; 11] = [
         Self::RestoreNow,
         Self::Decommission,
         Self::StorageDetach,
@@ -121,6 +130,7 @@ impl JobKind {
         Self::AgentUpdate,
         Self::ControllerUpdate,
         Self::Adopt,
+        Self::RestoreBulk,
     ];
 
     /// The kind named `name` on the wire (`restore-now`, …).
@@ -141,6 +151,7 @@ impl JobKind {
             Self::BreakGlassDisable => "break-glass-disable",
             Self::Adopt => "adopt",
             Self::StorageWipe => "storage-wipe",
+            Self::RestoreBulk => "restore-bulk",
         }
     }
 
@@ -149,6 +160,7 @@ impl JobKind {
         matches!(
             self,
             Self::RestoreNow
+                | Self::RestoreBulk
                 | Self::Decommission
                 | Self::ForceBackup
                 | Self::ControllerUpdate
@@ -163,6 +175,7 @@ impl JobKind {
             Self::AgentUpdate => Some("version"),
             Self::ControllerUpdate => Some(crate::controller::DIGEST_PARAM),
             Self::Adopt => Some(crate::adopt::HOSTNAME_PARAM),
+            Self::RestoreBulk => Some(RESTORE_BULK_VOLUME),
             Self::RestoreNow
             | Self::Decommission
             | Self::ForceBackup
@@ -265,6 +278,9 @@ impl JobDocument {
         if self.kind == JobKind::Adopt {
             crate::adopt::AdoptParams::from_params(&self.params)?;
         }
+        if self.kind == JobKind::RestoreBulk {
+            RestoreBulkParams::from_params(&self.params)?;
+        }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {
             return Err(ValidationError::Invalid {
@@ -295,6 +311,58 @@ impl JobDocument {
             });
         }
         Ok(())
+    }
+}
+
+/// What a `restore-bulk` job names (decision 0108): the volume, and the archive when not
+/// the newest the host recorded. Only names: where the archive lies, its size and its
+/// SHA-256 come from the agent's own journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreBulkParams {
+    /// The guest's bulk volume.
+    pub volume: String,
+    /// The archive's file name (`bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`); `None` for the
+    /// newest.
+    pub archive: Option<String>,
+}
+
+impl RestoreBulkParams {
+    /// Reads and checks the job's parameters: a volume name, and an archive name of that
+    /// volume's shape when one is given; nothing else.
+    pub fn from_params(
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Self, ValidationError> {
+        if let Some(other) = params
+            .keys()
+            .find(|k| *k != RESTORE_BULK_VOLUME && *k != RESTORE_BULK_ARCHIVE)
+        {
+            return Err(ValidationError::Invalid {
+                field: format!("params.{other}"),
+                reason: "`restore-bulk` takes only `volume` and `archive`".into(),
+            });
+        }
+        let text = |name: &str| match params.get(name) {
+            None => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ValidationError::Invalid {
+                field: format!("params.{name}"),
+                reason: "expected a string".into(),
+            }),
+        };
+        let volume = text(RESTORE_BULK_VOLUME)?.unwrap_or_default();
+        crate::desired::check_volume_name(&volume, &|| "params.volume".into())?;
+        let archive = text(RESTORE_BULK_ARCHIVE)?;
+        if let Some(name) = &archive
+            && !crate::helper::is_bulk_archive_name(&volume, name)
+        {
+            return Err(ValidationError::Invalid {
+                field: "params.archive".into(),
+                reason: format!(
+                    "not an archive name of volume {volume:?} (bulk-{volume}-<YYYY_MM_DD-HH_MM_SS>.tar)"
+                ),
+            });
+        }
+        Ok(Self { volume, archive })
     }
 }
 

@@ -948,7 +948,8 @@ fn every_job_kind_is_listed_once_and_named_as_serde_names_it() {
             | JobKind::BreakGlassDisable
             | JobKind::AgentUpdate
             | JobKind::ControllerUpdate
-            | JobKind::Adopt => {}
+            | JobKind::Adopt
+            | JobKind::RestoreBulk => {}
         }
     }
     names.sort_unstable();

@@ -6,7 +6,9 @@
 //! <volume>/`), its SHA-256 in the report and the audit log. A hub that points desired state
 //! at another target moves nothing: the archive still goes where the plan says, and the
 //! desired decision is refused. A target the node cannot reach fails the archive, reported
-//! with why.
+//! with why. A signed `restore-bulk` (decision 0108) puts the volume's recorded archive back,
+//! and refuses what the journal does not hold or what no longer hashes as recorded, leaving the
+//! guest untouched.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
@@ -14,6 +16,7 @@ use crate::agent_support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agent_support::jobs::{job_result, submit};
 use agent_support::signing::{plan_of, signed_plan};
 use agent_support::*;
 use bosun_proto::data_plan::PlanBulkBackup;
@@ -76,6 +79,8 @@ struct MediaBox {
     host: Uuid,
     guest: Uuid,
     desired: Value,
+    /// The operator the agent trusts for signed jobs.
+    operator: agent_support::signing::OperatorKey,
 }
 
 impl MediaBox {
@@ -87,6 +92,7 @@ impl MediaBox {
         }
         files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
         files.use_sim_pct(&sim);
+        let operator = files.trusted_operator();
         // No local API, so no bootstrap binds the guest's stamp: the helper binds it to the
         // guest id at its first archive.
         let mut text = std::fs::read_to_string(&files.config_path).unwrap();
@@ -116,6 +122,7 @@ impl MediaBox {
             host,
             guest,
             desired,
+            operator,
         }
     }
 
@@ -293,5 +300,220 @@ async fn an_archive_that_cannot_be_written_is_reported_failed_with_why() {
             .is_empty()
     })
     .await;
+    stack.stop().await;
+}
+
+/// Runs `pct` on the simulated node as root (the test's own hands in the guest).
+async fn pct(sim: &bosun_pvesim::SimHandle, args: &[&str], input: Option<&[u8]>) {
+    let out = sim.cli("pct", args, input).await.unwrap();
+    assert_eq!(out.exit, 0, "pct {args:?}: {out:?}");
+}
+
+/// Writes `bytes` to `path` in guest `vmid`.
+async fn put(sim: &bosun_pvesim::SimHandle, vmid: u32, path: &str, bytes: &[u8]) {
+    let vmid = vmid.to_string();
+    pct(sim, &["push", &vmid, "/host/file", path], Some(bytes)).await;
+}
+
+/// The volume `/srv/media` of guest `vmid`: every path below it, with a file's bytes.
+fn volume(sim: &bosun_pvesim::SimHandle, vmid: u32) -> Vec<(String, String, Vec<u8>)> {
+    let mut out: Vec<_> = sim
+        .guest_paths(vmid, "/srv/media")
+        .into_iter()
+        .map(|p| {
+            let file = sim.guest_file(vmid, &p).unwrap();
+            (p, file.kind, file.content)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_restore_bulk_puts_the_recorded_archive_back_and_refuses_what_it_cannot_vouch_for()
+{
+    let stack = MediaBox::start(&["backup"], &["bulk", "backup"]).await;
+    let MediaBox {
+        ref sim,
+        ref hub,
+        ref files,
+        ref agent,
+        host,
+        guest,
+        ref desired,
+        ref operator,
+        ..
+    } = stack;
+    let dir = files.dir.path();
+    // The guest runs, its volume holds the customer's files; then the plan archives it.
+    hub.put_desired(host, &with_plan(desired, host, Vec::new()))
+        .await;
+    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+    let vmid_s = vmid.to_string();
+    pct(
+        sim,
+        &[
+            "exec",
+            &vmid_s,
+            "--",
+            "/usr/bin/mkdir",
+            "-p",
+            "/srv/media/films",
+        ],
+        None,
+    )
+    .await;
+    let film: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    put(sim, vmid, "/srv/media/films/a.mkv", &film).await;
+    put(sim, vmid, "/srv/media/notes.txt", b"the customer's notes\n").await;
+    let archived = volume(sim, vmid);
+    hub.put_desired(
+        host,
+        &with_plan(desired, host, vec![stack.entry("backup", 2)]),
+    )
+    .await;
+    eventually(
+        Duration::from_secs(60),
+        "the volume is archived",
+        || async {
+            media(hub, host, guest)
+                .await
+                .is_some_and(|m| !m["last_archive"].is_null())
+        },
+    )
+    .await;
+    let written = archives(&stack.dir("backup"), guest);
+    assert_eq!(written.len(), 1, "{written:?}");
+    let name = written[0].file_name().unwrap().to_str().unwrap().to_owned();
+
+    // The customer breaks the volume: a file overwritten, one removed, one added.
+    put(sim, vmid, "/srv/media/notes.txt", b"overwritten\n").await;
+    put(sim, vmid, "/srv/media/stray.txt", b"not in the archive\n").await;
+    pct(
+        sim,
+        &[
+            "exec",
+            &vmid_s,
+            "--",
+            "/usr/bin/rm",
+            "/srv/media/films/a.mkv",
+        ],
+        None,
+    )
+    .await;
+    let broken = volume(sim, vmid);
+    assert_ne!(broken, archived);
+
+    let (host_s, guest_s) = (host.to_string(), guest.to_string());
+    let job = |extra: &[&str]| -> Vec<String> {
+        let base = [
+            "--kind",
+            "restore-bulk",
+            "--host",
+            &host_s,
+            "--guest",
+            &guest_s,
+        ];
+        let base = base.into_iter().chain(["--vmid", &vmid_s]);
+        base.chain(extra.iter().copied())
+            .map(str::to_owned)
+            .collect()
+    };
+    let run = |args: Vec<String>| async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let id = submit(hub, operator, dir, &args).await;
+        job_result(hub, host, id).await
+    };
+    // Hostile or mistaken jobs first: an archive the journal does not hold for this guest's
+    // volume (an older name, a name of another guest's volume), and a volume the plan does
+    // not archive. Each is rejected, and the guest is not entered.
+    for (extra, why) in [
+        (
+            &[
+                "--volume",
+                "media",
+                "--archive",
+                "bulk-media-2020_01_01-00_00_00.tar",
+            ][..],
+            "holds no archive",
+        ),
+        (&["--volume", "photos"][..], "holds no archive"),
+    ] {
+        let result = run(job(extra)).await;
+        assert_eq!(result["outcome"], "rejected", "{result}");
+        assert!(result["detail"].as_str().unwrap().contains(why), "{result}");
+    }
+    // A tampered job: the signed document's volume changed after signing.
+    let doc = agent_support::signing::job_doc(
+        "restore-bulk",
+        host,
+        guest,
+        vmid,
+        json!({"volume": "photos"}),
+        1,
+    );
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    let signature = operator.sign(&bytes, "bosun-job@v1");
+    let tampered = String::from_utf8(bytes).unwrap().replace("photos", "media");
+    let (status, body) = hub
+        .admin(
+            reqwest::Method::POST,
+            &format!("/v1/admin/hosts/{host}/jobs"),
+            Some(agent_support::signing::envelope(
+                tampered.as_bytes(),
+                &signature,
+            )),
+        )
+        .await;
+    assert!((200..300).contains(&status), "{status} {body}");
+    let id: Uuid = doc["job_id"].as_str().unwrap().parse().unwrap();
+    let result = job_result(hub, host, id).await;
+    assert_eq!(result["outcome"], "rejected", "{result}");
+    assert!(
+        files.helper.verbs().iter().all(|v| *v != "bulk_restore"),
+        "a refused job reached the helper"
+    );
+    assert_eq!(volume(sim, vmid), broken);
+
+    // The signed restore puts the archive back: exactly what was archived.
+    let restored_at = std::time::Instant::now();
+    let result = run(job(&["--volume", "media"])).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    eprintln!(
+        "bulk restore: from the signed job at the hub to its result: {} ms",
+        restored_at.elapsed().as_millis()
+    );
+    assert_eq!(result["output"]["archive"], json!(name), "{result}");
+    assert_eq!(volume(sim, vmid), archived);
+    let audited = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
+    let restored = audited
+        .iter()
+        .find(|e| e.event.event == "bulk.restored")
+        .expect("the restore is audited");
+    assert_eq!(restored.event.guest_id, Some(guest.to_string()));
+    assert_eq!(restored.event.detail["archive"], json!(name));
+
+    // The archive altered on the target after the journal recorded it (same size): the helper
+    // refuses it before it enters the guest, and the volume stays as the customer left it.
+    put(sim, vmid, "/srv/media/notes.txt", b"today's notes\n").await;
+    let today = volume(sim, vmid);
+    let mut bytes = std::fs::read(&written[0]).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(&written[0], &bytes).unwrap();
+    let result = run(job(&["--volume", "media", "--archive", &name])).await;
+    assert_eq!(result["outcome"], "failed", "{result}");
+    assert!(
+        result["detail"].as_str().unwrap().contains("hashes to"),
+        "{result}"
+    );
+    assert_eq!(volume(sim, vmid), today);
+    let audited = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|e| e.event.event == "bulk.restore_failed"),
+        "the refused restore is audited"
+    );
     stack.stop().await;
 }

@@ -35,6 +35,7 @@ mod agent_break_glass;
 mod agent_break_glass_console;
 mod agent_break_glass_crash;
 mod agent_bulk_backups;
+mod agent_bulk_restore_crash;
 mod agent_capabilities;
 mod agent_census;
 mod agent_cluster;

@@ -83,6 +83,8 @@ op_kinds! {
     StorageDetachJob => "storage_detach_job" by Job,
     /// A signed `storage-wipe` job.
     StorageWipeJob => "storage_wipe_job" by Job,
+    /// A signed `restore-bulk` job: a bulk volume's archive put back (decision 0108).
+    RestoreBulkJob => "restore_bulk_job" by Job,
     /// A backup asked for by a guest's controller or the policy scheduler.
     Backup => "backup" by Backup,
     /// A snapshot asked for by a guest's controller.

@@ -203,6 +203,11 @@ pub(super) fn jobs(
         w.desired.clone(),
         host.prover.clone(),
     ))
+    .with_bulk_restore(crate::ops::jobs::BulkRestoreSetup::new(
+        w.desired.clone(),
+        w.helper(),
+        config.backup.mount_root.clone(),
+    ))
     .with_controller(crate::guests::controller::RolloutContext {
         ops: PveOps::shared(Arc::clone(w.pve)),
         journal: w.journal.clone(),

@@ -21,6 +21,7 @@
 //! | destroy guest | only if the journal marked it scratch | only if op X created it, or scratch | deny | `decommission` |
 //! | decommission (destroy + purge) | deny | deny | deny | `decommission` |
 //! | restore over a guest | deny | deny | deny | `restore` |
+//! | restore a bulk volume from its archive (overwrites the volume) | deny | deny | deny | `restore_bulk` |
 //! | roll back to a snapshot | deny | deny | allow | deny |
 //! | roll back to the snapshot op X took (own snapshot, rollback of op X) | — | allow | — | — |
 //! | detach storage | deny | deny | deny | `storage_detach` |
@@ -74,6 +75,8 @@ pub enum Action {
     DecommissionGuest,
     /// Restore a backup over an existing guest.
     RestoreOverGuest,
+    /// Put a bulk volume's archive back into the volume, replacing what it holds.
+    RestoreBulkVolume,
     /// Detach a storage target.
     DetachStorage,
     /// Wipe a storage target: delete the archives the journal recorded writing to it.
@@ -106,6 +109,7 @@ impl Action {
         Action::DestroyGuest,
         Action::DecommissionGuest,
         Action::RestoreOverGuest,
+        Action::RestoreBulkVolume,
         Action::DetachStorage,
         Action::WipeStorage,
         Action::HealControllerInPlace,
@@ -177,6 +181,8 @@ pub enum JobKind {
     Adopt,
     /// Wipe a storage target.
     StorageWipe,
+    /// Put a bulk volume's archive back.
+    RestoreBulk,
 }
 
 impl JobKind {
@@ -192,6 +198,7 @@ impl JobKind {
         JobKind::BreakGlassDisable,
         JobKind::Adopt,
         JobKind::StorageWipe,
+        JobKind::RestoreBulk,
     ];
 
     /// Whether a job of this kind covers a destructive `action`.
@@ -205,6 +212,7 @@ impl JobKind {
                 )
                 | (JobKind::StorageDetach, Action::DetachStorage)
                 | (JobKind::StorageWipe, Action::WipeStorage)
+                | (JobKind::RestoreBulk, Action::RestoreBulkVolume)
                 | (JobKind::Adopt, Action::AdoptGuest)
         )
     }

@@ -7,7 +7,7 @@
 //! only; otherwise it answers that it cannot). So are the break-glass verbs, beneath a
 //! temp `break_glass_root` (root-controlled when the tests run as root, as `make test`
 //! does). `build_golden` answers the build it was given ([`FakeHelper::golden_build`]).
-//! `reset_guest_identity`, `restore_check`, `bulk_archive` and a rollout's `restart_controller`
+//! `reset_guest_identity`, `restore_check`, `bulk_archive`, `bulk_restore` and a rollout's `restart_controller`
 //! (with a digest to place, from [`FakeHelper::controller_image`]) are the real verbs (the last
 //! beneath [`FakeHelper::backup_roots`]), run with the `pct` a test
 //! gives ([`FakeHelper::pct`]: the simulator's stand-in, so its `pct exec` acts on the
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bosun_proto::helper::{
-    BulkArchive, HelperUnit, Output, Refusal, Request, ResetGuestIdentity, Response,
+    BulkArchive, BulkRestore, HelperUnit, Output, Refusal, Request, ResetGuestIdentity, Response,
     RestartController, RestoreCheck,
 };
 use parking_lot::Mutex;
@@ -383,7 +383,8 @@ impl FakeHelper {
             Request::RestartController(RestartController { ref vmid, .. })
             | Request::ResetGuestIdentity(ResetGuestIdentity { ref vmid })
             | Request::RestoreCheck(RestoreCheck { ref vmid, .. })
-            | Request::BulkArchive(BulkArchive { ref vmid, .. }) => {
+            | Request::BulkArchive(BulkArchive { ref vmid, .. })
+            | Request::BulkRestore(BulkRestore { ref vmid, .. }) => {
                 let Some(pct) = self.pct.lock().clone() else {
                     return Response::Failed {
                         message: format!(

@@ -12,45 +12,75 @@
 //! (UTC; never over an existing name), then the volume's archives past `keep_last` (by name,
 //! oldest first) and the partial files of killed runs are removed. A failure removes the
 //! partial file and changes nothing else.
+//!
+//! `bulk_restore` (decision 0108) puts one such archive back: the same admission (the stamp
+//! bound to the guest id, never bound here), the archive opened beneath the same directory
+//! without following a symlink, hashed, and refused unless its size and SHA-256 are the ones
+//! the agent recorded, before anything in the guest runs. The same open file is then fed,
+//! bounded to that size and hashed once more as it goes, to the guest's tar
+//! ([`bosun_proto::helper::BULK_RESTORE_SCRIPT`]'s `extract`, into a fresh directory on the volume); only when
+//! those bytes hashed the same is the directory swapped in, else it is discarded.
 
+use std::io::Read;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bosun_proto::helper::StorageDir;
 use bosun_proto::helper::{BULK_ARCHIVE_PREFIX, BULK_DIR, BULK_TAR_ARGV, BulkArchive, Output};
-use bosun_proto::helper::{VolumeName, bulk_archive_name, is_bulk_archive_name};
+use bosun_proto::helper::{BulkRestore, BulkRestoreStep, bulk_restore_argv};
+use bosun_proto::helper::{GuestPath, Vmid, VolumeName, bulk_archive_name, is_bulk_archive_name};
+use rustix::fs::{FileType, OFlags};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
 use crate::exec;
-use crate::fsops::{Dir, open_root};
+use crate::fsops::{Dir, open_file, open_root};
 
-use super::archive::{backup_root, sha256};
-use super::guests::{self, Scratch};
+use super::archive::{backup_root, hex, sha256};
+use super::guests::{self, Admitted, Scratch};
 
-/// Archives the volume (see the module docs).
-pub fn archive(args: &BulkArchive, config: &Config) -> Result<Output, HelperError> {
-    let admitted = guests::admit(config, args.vmid, Scratch::Refuse)?;
-    if let Some(bound) = admitted.stamp.guest_id.filter(|g| *g != args.guest_id) {
-        let reason = format!("its stamp is bound to guest {bound}, not {}", args.guest_id);
-        return Err(guests::not_ours(args.vmid, reason));
+/// Admits the guest for a verb on its bulk volume at `path`: its stamp bound to `guest_id`
+/// (or unbound), `path` the `mp=` of one of its current mount points.
+fn admit_volume(
+    config: &Config,
+    (vmid, guest_id): (Vmid, Uuid),
+    path: &GuestPath,
+) -> Result<Admitted, HelperError> {
+    let admitted = guests::admit(config, vmid, Scratch::Refuse)?;
+    if let Some(bound) = admitted.stamp.guest_id.filter(|g| *g != guest_id) {
+        let reason = format!("its stamp is bound to guest {bound}, not {guest_id}");
+        return Err(guests::not_ours(vmid, reason));
     }
-    let path = args.path.as_str().trim_end_matches('/');
-    let mut entries = guests::entries(&admitted.config);
-    if !entries.any(|(key, value)| guests::mount_path(key, value) == Some(path)) {
+    let path = path.as_str().trim_end_matches('/');
+    let mounted = guests::entries(&admitted.config)
+        .any(|(key, value)| guests::mount_path(key, value) == Some(path));
+    if !mounted {
         return Err(HelperError::not_found("mount point of the guest", path));
     }
-    if admitted.stamp.guest_id.is_none() {
-        guests::stamp(config, args.vmid, &admitted.key, Some(args.guest_id))?;
-    }
-    let (root, below) = backup_root(config, Path::new(args.storage_dir.as_str()))?;
+    Ok(admitted)
+}
+
+/// The storage directory beneath its backup root, opened without following a symlink.
+fn storage(config: &Config, dir: &StorageDir) -> Result<Dir, HelperError> {
+    let (root, below) = backup_root(config, Path::new(dir.as_str()))?;
     let (root, below) = (open_root(root)?, below.to_str().unwrap_or_default());
     let storage = if below.is_empty() {
         Some(root)
     } else {
         root.child(below, false)?
     };
-    let mut dir =
-        storage.ok_or_else(|| HelperError::not_found("storage directory", &args.storage_dir))?;
+    storage.ok_or_else(|| HelperError::not_found("storage directory", dir))
+}
+
+/// Archives the volume (see the module docs).
+pub fn archive(args: &BulkArchive, config: &Config) -> Result<Output, HelperError> {
+    let admitted = admit_volume(config, (args.vmid, args.guest_id), &args.path)?;
+    if admitted.stamp.guest_id.is_none() {
+        guests::stamp(config, args.vmid, &admitted.key, Some(args.guest_id))?;
+    }
+    let mut dir = storage(config, &args.storage_dir)?;
     let mut made = Vec::new();
     for name in [BULK_DIR, &args.guest_id.to_string(), args.volume.as_str()] {
         let (child, created) = dir.ensure_child(name, 0o700, false)?;
@@ -123,4 +153,89 @@ fn prune(dir: &Dir, volume: &VolumeName, keep: usize) -> Result<u32, HelperError
         dir.remove(name)?;
     }
     Ok(u32::try_from(old.len()).unwrap_or(u32::MAX))
+}
+
+/// Puts the recorded archive back into the volume (see the module docs).
+pub fn restore(args: &BulkRestore, config: &Config) -> Result<Output, HelperError> {
+    let started = Instant::now();
+    let admitted = admit_volume(config, (args.vmid, args.guest_id), &args.path)?;
+    if admitted.stamp.guest_id != Some(args.guest_id) {
+        let reason = format!("its stamp is not bound to guest {}", args.guest_id);
+        return Err(guests::not_ours(args.vmid, reason));
+    }
+    if !is_bulk_archive_name(args.volume.as_str(), &args.archive) {
+        return Err(HelperError::not_found(
+            "archive of the volume",
+            &args.archive,
+        ));
+    }
+    let mut dir = storage(config, &args.storage_dir)?;
+    for name in [BULK_DIR, &args.guest_id.to_string(), args.volume.as_str()] {
+        let child = dir.child(name, false)?;
+        dir = child.ok_or_else(|| HelperError::not_found("bulk directory", name))?;
+    }
+    let (file, stat) = open_file(Some(&dir), Path::new(&args.archive), OFlags::RDONLY)?;
+    let path = dir.path.join(&args.archive);
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(HelperError::not_found(
+            "regular archive file",
+            path.display(),
+        ));
+    }
+    let recorded = (args.sha256.as_str(), args.size.get());
+    let verified = |what, (digest, read): (String, u64)| match (digest.as_str(), read) {
+        got if got == recorded => Ok(digest),
+        _ => Err(HelperError::DigestMismatch(what, recorded.0.into(), digest)),
+    };
+    let mut read = Hashing((&file).take(recorded.1.saturating_add(1)), Sha256::new(), 0);
+    std::io::copy(&mut read, &mut std::io::sink()).map_err(io_error("read", &path))?;
+    verified("bulk archive", read.digest())?;
+    rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0)).map_err(io_error("seek", &path))?;
+    let limit = Duration::from_secs(u64::from(args.timeout_secs.get()));
+    let left = || limit.saturating_sub(started.elapsed());
+    let (pct, vmid) = (config.programs.pct.as_path(), args.vmid.to_string());
+    let at = (vmid.as_str(), args.path.as_str());
+    let step = |step| [&["exec", at.0, "--"][..], &bulk_restore_argv(step, at.1)].concat();
+    let source = (Hashing(file, Sha256::new(), 0), path.as_path());
+    let fed = exec::run_fed(
+        (pct, &step(BulkRestoreStep::Extract)),
+        source,
+        recorded.1,
+        left(),
+    )?;
+    let digest = verified("bulk archive fed to tar", fed.digest()).inspect_err(|_| {
+        let _ = exec::run(
+            pct,
+            &step(BulkRestoreStep::Discard),
+            config.limits.quick,
+            &[0],
+        );
+    })?;
+    let swap = step(BulkRestoreStep::Swap);
+    exec::run(pct, &swap, left().as_secs().max(1), &[0])?;
+    let (archive, size) = (path.display().to_string(), recorded.1);
+    Ok(Output::BulkRestored {
+        archive,
+        sha256: digest,
+        size,
+    })
+}
+
+/// A reader that hashes what it reads (SHA-256, and how many bytes).
+struct Hashing<R>(R, Sha256, u64);
+
+impl<R> Hashing<R> {
+    /// The SHA-256 (lowercase hex) and count of every byte read.
+    fn digest(self) -> (String, u64) {
+        (hex(&self.1.finalize()), self.2)
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1.update(&buf[..n]);
+        self.2 += n as u64;
+        Ok(n)
+    }
 }

@@ -43,5 +43,6 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::BreakGlassClose(_) => break_glass::close(config),
         Request::StageAgentUpdate(args) => update::stage(args, config),
         Request::BulkArchive(args) => bulk::archive(args, config),
+        Request::BulkRestore(args) => bulk::restore(args, config),
     }
 }

@@ -14,14 +14,102 @@ pub const BULK_ARCHIVE_PREFIX: &str = "bulk-";
 
 /// What `bulk_archive` runs after `pct exec <vmid> --`, followed by `--directory=<path>` and
 /// `.`: the guest's own tar writes the volume's files, as the guest sees them, to its standard
-/// output, staying on the volume's file system, with numeric owners.
-pub const BULK_TAR_ARGV: [&str; 5] = [
+/// output, staying on the volume's file system, with numeric owners, leaving out the
+/// directories of a restore in progress ([`BULK_RESTORE_DIRS`]).
+pub const BULK_TAR_ARGV: [&str; 6] = [
     "/usr/bin/tar",
     "--create",
     "--file=-",
     "--one-file-system",
     "--numeric-owner",
+    "--exclude=./.bosun-restore-*",
 ];
+
+/// The directories `bulk_restore` (decision 0108) keeps on the volume while it works, in the
+/// order a restore passes through them: the archive extracted into the first, which becomes
+/// the second once tar succeeded; the helper approves it by renaming it to the third, after
+/// which the volume's own entries go into the last and the new ones out of the fourth. No
+/// customer file can be one of them: a volume's archive leaves them out.
+pub const BULK_RESTORE_DIRS: [&str; 5] = [
+    ".bosun-restore-partial",
+    ".bosun-restore-ready",
+    ".bosun-restore-moving",
+    ".bosun-restore-swapping",
+    ".bosun-restore-old",
+];
+
+/// The guest's shell script `bulk_restore` runs with `pct exec <vmid> -- /bin/sh -c` (as the
+/// guest's root, in its namespaces), with the step and the volume's path as its arguments.
+/// `extract` first finishes a swap an earlier run approved (so the volume is never left half
+/// swapped), clears what an unapproved run left, then has the guest's tar extract standard
+/// input into a fresh directory (`BULK_RESTORE_DIRS`); `swap` approves that directory and
+/// swaps it in (renames on one file system: every old entry into the old directory, every new
+/// one out, the old directory removed), and finishes the same way when asked again; `discard`
+/// removes an unapproved extraction.
+pub const BULK_RESTORE_SCRIPT: &str = r#"set -eu
+cd -- "$2"
+p=.bosun-restore-partial r=.bosun-restore-ready m=.bosun-restore-moving
+s=.bosun-restore-swapping o=.bosun-restore-old
+finish() {
+  if [ -d "$m" ]; then
+    mkdir -p -- "$o"
+    find . -mindepth 1 -maxdepth 1 ! -name "$p" ! -name "$r" ! -name "$m" ! -name "$s"       ! -name "$o" -exec mv -t "$o" -- {} +
+    mv -T -- "$m" "$s"
+  fi
+  if [ -d "$s" ]; then
+    find "$s" -mindepth 1 -maxdepth 1 -exec mv -t . -- {} +
+    rmdir -- "$s"
+  fi
+  rm -rf -- "$o"
+}
+case "$1" in
+  extract)
+    finish
+    rm -rf -- "$p" "$r"
+    mkdir -m 0700 -- "$p"
+    tar --extract --file=- --numeric-owner --same-owner --preserve-permissions       --directory="$p"
+    mv -T -- "$p" "$r" ;;
+  swap)
+    if [ -d "$r" ]; then mv -T -- "$r" "$m"; fi
+    finish ;;
+  discard) rm -rf -- "$p" "$r" ;;
+  *) exit 2 ;;
+esac
+"#;
+
+/// A step of [`BULK_RESTORE_SCRIPT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkRestoreStep {
+    /// Extract standard input into a fresh directory on the volume.
+    Extract,
+    /// Swap that directory in.
+    Swap,
+    /// Remove it unapproved.
+    Discard,
+}
+
+impl BulkRestoreStep {
+    /// The script's argument.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Extract => "extract",
+            Self::Swap => "swap",
+            Self::Discard => "discard",
+        }
+    }
+}
+
+/// What `bulk_restore` runs after `pct exec <vmid> --` for `step` on the volume at `path`.
+pub fn bulk_restore_argv(step: BulkRestoreStep, path: &str) -> [&str; 6] {
+    [
+        "/bin/sh",
+        "-c",
+        BULK_RESTORE_SCRIPT,
+        "bosun-bulk-restore",
+        step.as_str(),
+        path,
+    ]
+}
 
 /// The file name of `volume`'s archive taken at `at`: `bulk-<volume>-<YYYY_MM_DD-HH_MM_SS>.tar`
 /// (UTC, so names sort as their times).

@@ -32,7 +32,8 @@ impl HelperUnit {
             | VerbName::RestartController
             | VerbName::ResetGuestIdentity
             | VerbName::RestoreCheck
-            | VerbName::BulkArchive => Self::Guest,
+            | VerbName::BulkArchive
+            | VerbName::BulkRestore => Self::Guest,
             VerbName::BuildGolden => Self::Golden,
             VerbName::MountByUuid
             | VerbName::Unmount

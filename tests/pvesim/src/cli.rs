@@ -192,7 +192,12 @@ pub(crate) async fn run(
             output
         }
         Command::Exec { vmid, argv } => {
-            let output = exec(shared, *vmid, argv);
+            let input = match request.input_hex.as_deref().map(hex::decode) {
+                Some(Ok(bytes)) => bytes,
+                Some(Err(_)) => return Err("pct exec: input_hex is not hex".to_owned()),
+                None => Vec::new(),
+            };
+            let output = exec(shared, *vmid, argv, &input);
             let (method, path, params) = log_shape(shared, &command);
             log(shared, method, path, params, status_of(&output));
             output
@@ -574,8 +579,9 @@ fn pull(shared: &Shared, vmid: u32, path: &str) -> CliOutput {
     }
 }
 
-/// `pct exec`: the CT must exist and run; the program runs on its file tree.
-fn exec(shared: &Shared, vmid: u32, argv: &[String]) -> CliOutput {
+/// `pct exec`: the CT must exist and run; the program runs on its file tree, `input` on its
+/// standard input.
+fn exec(shared: &Shared, vmid: u32, argv: &[String], input: &[u8]) -> CliOutput {
     let mut st = shared.state.lock();
     let Some(guest) = st.guests.get_mut(&vmid) else {
         return CliOutput::failed(&missing_config(shared.node(), vmid).message);
@@ -583,7 +589,7 @@ fn exec(shared: &Shared, vmid: u32, argv: &[String]) -> CliOutput {
     if !guest.running() {
         return CliOutput::failed(&format!("container '{vmid}' not running!"));
     }
-    let outcome = guest_exec::run(&mut guest.files, argv);
+    let outcome = guest_exec::run_with_input(&mut guest.files, argv, input);
     CliOutput {
         exit: outcome.exit,
         stdout: outcome.stdout,

@@ -323,6 +323,43 @@ impl FileTree {
         Ok(())
     }
 
+    /// Removes `path` and everything below it (`rm -rf`); whether there was anything.
+    pub(crate) fn remove_all(&mut self, path: &str) -> bool {
+        let below = format!("{path}/");
+        let before = self.nodes.len();
+        self.nodes
+            .retain(|p, _| p == "/" || (p != path && !p.starts_with(&below)));
+        self.nodes.len() != before
+    }
+
+    /// Renames `from` (and everything below it) to `to`, which must not exist and whose
+    /// parent must be a directory (`mv -T`).
+    pub(crate) fn rename(&mut self, from: &str, to: &str) -> Result<(), &'static str> {
+        if !self.nodes.contains_key(from) {
+            return Err("No such file or directory");
+        }
+        if self.nodes.contains_key(to) {
+            return Err("File exists");
+        }
+        if !self.is_dir(parent(to)) {
+            return Err("No such file or directory");
+        }
+        let below = format!("{from}/");
+        let moved: Vec<String> = self
+            .nodes
+            .keys()
+            .filter(|p| *p == from || p.starts_with(&below))
+            .cloned()
+            .collect();
+        for old in moved {
+            if let Some(node) = self.nodes.remove(&old) {
+                self.nodes
+                    .insert(format!("{to}{}", &old[from.len()..]), node);
+            }
+        }
+        Ok(())
+    }
+
     /// Removes a file or symlink. `Ok(false)` if it did not exist.
     pub(crate) fn remove_file(&mut self, path: &str) -> Result<bool, &'static str> {
         match self.nodes.get(path).map(|n| &n.kind) {

@@ -3,8 +3,10 @@
 //! `find … -delete`, `truncate`, `systemctl enable|restart`, `apt-get`, `docker load|tag`) with the
 //! programs' own error texts and exit codes, and so is what a guest's restore check needs (a
 //! `#!/bin/sh` script, `test`, `sha256sum --check`: [`script`]), and so is a bulk volume's
-//! archive (`tar --create --file=-`: [`tar`]); anything else fails and says so.
+//! archive (`tar --create --file=-`: [`tar`]) and its restore (the helper's fixed script:
+//! [`bulk_restore`]); anything else fails and says so.
 
+mod bulk_restore;
 mod script;
 mod tar;
 
@@ -49,6 +51,16 @@ const APT_LISTS: &str = "/var/lib/apt/lists";
 
 /// Runs `argv` (after `pct exec <vmid> --`) in the CT's tree.
 pub(crate) fn run(tree: &mut FileTree, argv: &[String]) -> Outcome {
+    run_at(tree, argv, 0)
+}
+
+/// [`run`] with `input` on the program's standard input: the bulk restore's script
+/// ([`bulk_restore`]) reads it; every other program runs as [`run`] runs it.
+pub(crate) fn run_with_input(tree: &mut FileTree, argv: &[String], input: &[u8]) -> Outcome {
+    let shell = tree.resolve("/bin/sh").is_some_and(|sh| tree.is_file(&sh));
+    if bulk_restore::is_script(argv) && shell {
+        return bulk_restore::run(tree, argv, input);
+    }
     run_at(tree, argv, 0)
 }
 

@@ -111,6 +111,19 @@ pub async fn run(program: &str, args: Vec<String>) -> i32 {
                 return EXIT_FAILED;
             }
         }
+    } else if program == "pct"
+        && args.first().map(String::as_str) == Some("exec")
+        && args
+            .iter()
+            .any(|a| a == bosun_proto::helper::BULK_RESTORE_SCRIPT)
+    {
+        // The one program `pct exec` hands standard input to here: the bulk restore's script.
+        let mut bytes = Vec::new();
+        if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes) {
+            eprintln!("bosun-pvesim-pct: reading standard input: {e}");
+            return EXIT_FAILED;
+        }
+        Some(bytes)
     } else {
         None
     };

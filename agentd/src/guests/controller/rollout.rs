@@ -181,6 +181,7 @@ impl Progress {
                 // Steps a rollout does not write.
                 StepName::AdoptCheck
                 | StepName::DeleteArchive
+                | StepName::RestoreBulk
                 | StepName::RecordAdopted
                 | StepName::TagIdentity
                 | StepName::CheckGolden

@@ -126,6 +126,13 @@ pub enum JobRefusal {
     /// A `storage-wipe` job whose target may not be wiped now.
     #[error("the storage-wipe job was refused")]
     Wipe(#[source] super::detach_refusal::DetachRefusal),
+    /// A `restore-bulk` job naming an archive this host's journal does not hold for the guest's
+    /// volume, or a volume the signed plan does not archive (decision 0108).
+    #[error("restore-bulk refused: {reason}")]
+    BulkArchiveUnknown {
+        /// What the journal or the plan lacks.
+        reason: String,
+    },
     /// An `adopt` job asking for a bootstrap on an agent without a helper or a local API.
     #[error(
         "adopt with a bootstrap needs a helper and a local API, and this agent lacks one of them"
@@ -163,6 +170,7 @@ impl JobRefusal {
             JobRefusal::Detach(refusal) | JobRefusal::Wipe(refusal) => refusal.code(),
             JobRefusal::OutsideUpdateWindow { .. } => "outside_update_window",
             JobRefusal::CannotBootstrap => "cannot_bootstrap",
+            JobRefusal::BulkArchiveUnknown { .. } => "bulk_archive_unknown",
         }
     }
 }

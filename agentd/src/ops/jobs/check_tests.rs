@@ -87,6 +87,9 @@ fn document(kind: &str, host: Uuid, guest: Uuid, vmid: u32, hours: i64) -> Vec<u
         doc["target"] = serde_json::json!({ "host_id": host });
         doc["params"] = serde_json::json!({});
     }
+    if kind == "restore-bulk" {
+        doc["params"] = serde_json::json!({ "volume": "media" });
+    }
     serde_json::to_vec(&doc).expect("json")
 }
 

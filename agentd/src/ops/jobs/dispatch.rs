@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::adopt_run::{AdoptJobs, AdoptSetup};
 use super::break_glass_run::BreakGlassJobs;
+use super::bulk_restore_run::{BulkRestoreJobs, BulkRestoreSetup};
 use super::context::{JobContext, job_span};
 use super::controller_run::ControllerJobs;
 use super::detach::DetachContext;
@@ -45,6 +46,8 @@ pub(super) struct Setups<P: Pve> {
     pub(super) update: Option<UpdateJobs>,
     /// What `adopt` jobs use (always set up; a bootstrap needs its issuer).
     pub(super) adopt: AdoptSetup,
+    /// What `restore-bulk` jobs use; without it they are refused.
+    pub(super) bulk_restore: Option<BulkRestoreSetup>,
 }
 
 impl<P: Pve> Setups<P> {
@@ -61,6 +64,7 @@ impl<P: Pve> Setups<P> {
             break_glass: None,
             update: None,
             adopt: AdoptSetup::default(),
+            bulk_restore: None,
         }
     }
 
@@ -88,6 +92,9 @@ pub(super) async fn run_claimed<P: Pve + 'static>(
         }
         Runs::AgentUpdate => AgentUpdateJobs::run(context, setups.update.as_ref(), job).await,
         Runs::Adopt => AdoptJobs::run(context, Some(&setups.adopt), job).await,
+        Runs::RestoreBulk => {
+            BulkRestoreJobs::run(context, setups.bulk_restore.as_ref(), job).await;
+        }
     }
 }
 
@@ -145,6 +152,10 @@ pub(super) async fn resume<P: Pve + 'static>(
                         .await
                 }
                 Runs::Adopt => one.resume_as::<AdoptJobs>(Some(&setups.adopt)).await,
+                Runs::RestoreBulk => {
+                    one.resume_as::<BulkRestoreJobs>(setups.bulk_restore.as_ref())
+                        .await
+                }
             }
         };
         let ran_on = resumed_one.instrument(span).await?;

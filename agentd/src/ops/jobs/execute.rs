@@ -44,7 +44,7 @@ pub(super) async fn execute<P: Pve + 'static>(
     }
 }
 
-async fn ask_gate(
+pub(super) async fn ask_gate(
     journal: &JournalHandle,
     action: Action,
     vmid: u32,

@@ -26,6 +26,7 @@
 //! | `break-glass-disable` | `break_glass_job` | `BreakGlassDisable` | the door, closed |
 //! | `agent-update` | `agent_update_job` | `AgentUpdate` | download and stage |
 //! | `adopt` | `adopt_job` | `Adopt` | the adoption (`adopt_run`) |
+//! | `restore-bulk` | `restore_bulk_job` | `RestoreBulk` | the bulk restore (`bulk_restore_run`) |
 
 use bosun_proto::job::JobKind as WireKind;
 
@@ -81,6 +82,8 @@ pub(crate) enum Runs {
     AgentUpdate,
     /// A container adopted (`adopt_run`).
     Adopt,
+    /// A bulk volume's archive put back (`bulk_restore_run`).
+    RestoreBulk,
 }
 
 impl Runs {
@@ -93,7 +96,8 @@ impl Runs {
             | Runs::ControllerUpdate
             | Runs::BreakGlass(_)
             | Runs::AgentUpdate
-            | Runs::Adopt => None,
+            | Runs::Adopt
+            | Runs::RestoreBulk => None,
         }
     }
 
@@ -106,7 +110,8 @@ impl Runs {
             | Runs::StorageWipe
             | Runs::ControllerUpdate
             | Runs::AgentUpdate
-            | Runs::Adopt => None,
+            | Runs::Adopt
+            | Runs::RestoreBulk => None,
         }
     }
 }
@@ -156,6 +161,7 @@ job_kinds! {
     AgentUpdate => op AgentUpdateJob, gate AgentUpdate, runs Runs::AgentUpdate;
     Adopt => op AdoptJob, gate Adopt, runs Runs::Adopt;
     StorageWipe => op StorageWipeJob, gate StorageWipe, runs Runs::StorageWipe;
+    RestoreBulk => op RestoreBulkJob, gate RestoreBulk, runs Runs::RestoreBulk;
 }
 
 impl KindRow {
@@ -185,7 +191,7 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips_its_name_and_operation_kind() {
-        assert_eq!(KindRow::ALL.len(), 10);
+        assert_eq!(KindRow::ALL.len(), 11);
         for row in KindRow::ALL {
             assert_eq!(KindRow::of(row.kind), *row);
             assert_eq!(KindRow::parse(row.name()), Some(*row), "{}", row.name());

@@ -39,10 +39,13 @@
 //! poll's jobs are taken in); decision 0072.
 //! - `adopt_run`: the `adopt` job: a container that was on the node before Bosun made one of
 //!   the agent's guests (decision 0073); `adopt_check`: what it must be to be adopted.
+//! - `bulk_restore_run`: the `restore-bulk` job: a bulk volume's archive, as the journal
+//!   recorded it, put back into the volume by the helper (decision 0108).
 
 mod adopt_check;
 mod adopt_run;
 mod break_glass_run;
+mod bulk_restore_run;
 pub mod check;
 mod context;
 mod controller_run;
@@ -63,3 +66,5 @@ mod storage_run;
 mod update_error;
 pub mod update_run;
 pub mod wipe;
+
+pub use bulk_restore_run::BulkRestoreSetup;

@@ -19,6 +19,7 @@
 //! | `break-glass-disable` | `accepted`, `helper.close` | — |
 //! | `agent-update` | `accepted`, `download`, `stage` | — (the agent itself) |
 //! | `adopt` | `accepted`, `adopt_check`, `record_adopted`, `tag_identity`, with a bootstrap `check_token`, `push_bootstrap`, `store_token` | `AdoptGuest` |
+//! | `restore-bulk` | `accepted` (the journal's record of the archive), `restore_bulk` | `RestoreBulkVolume` |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
 //! from its `accepted` step, which holds everything needed to run it again;
@@ -138,6 +139,13 @@ impl<P: Pve + 'static> JobRunner<P> {
     #[must_use]
     pub fn with_controller(mut self, context: crate::guests::controller::RolloutContext) -> Self {
         self.setups.controller = Some(context);
+        self
+    }
+
+    /// The same runner, running `restore-bulk` jobs with `setup`.
+    #[must_use]
+    pub fn with_bulk_restore(mut self, setup: super::bulk_restore_run::BulkRestoreSetup) -> Self {
+        self.setups.bulk_restore = Some(setup);
         self
     }
 

@@ -73,6 +73,7 @@ pub fn customer_visible(kind: OpKind) -> bool {
         | OpKind::ForceBackupJob
         | OpKind::StorageDetachJob
         | OpKind::StorageWipeJob
+        | OpKind::RestoreBulkJob
         | OpKind::Backup
         | OpKind::Snapshot
         | OpKind::Rollback

@@ -179,6 +179,9 @@ step_names! {
     /// id is `<vmid>@<storage>`, not a vmid: the wipe looks for it among the node's running
     /// tasks itself).
     DeleteArchive => "delete_archive", waited as DeleteVolume, found as None,
+    /// A bulk volume's archive re-hashed and put back by the helper's `bulk_restore`
+    /// (asked once more when its answer was lost: the helper finishes or redoes it).
+    RestoreBulk => "restore_bulk", waited as TaskStatus, found as None,
     /// An agent update downloaded.
     Download => "download", waited as TaskStatus, found as None,
     /// An agent update staged through the helper.
@@ -314,6 +317,7 @@ mod tests {
         ("delete_storage", StepName::DeleteStorage),
         ("unmount", StepName::Unmount),
         ("delete_archive", StepName::DeleteArchive),
+        ("restore_bulk", StepName::RestoreBulk),
         ("manage_controller", StepName::ManageController),
         ("adopt_check", StepName::AdoptCheck),
         ("record_adopted", StepName::RecordAdopted),

@@ -169,6 +169,7 @@ fn expected(action: Action, auth: Auth, prov: Prov) -> bool {
         },
         DecommissionGuest => signed_same(JobKind::Decommission),
         RestoreOverGuest => signed_same(JobKind::Restore),
+        RestoreBulkVolume => signed_same(JobKind::RestoreBulk),
         DetachStorage => signed_same(JobKind::StorageDetach),
         WipeStorage => signed_same(JobKind::StorageWipe),
         AdoptGuest => signed_same(JobKind::Adopt) && prov == Prov::Unknown,

@@ -1,4 +1,5 @@
-//! `tar --create --file=- [--one-file-system] [--numeric-owner] --directory=DIR .`, the guest's
+//! `tar --create --file=- [--one-file-system] [--numeric-owner] [--exclude=PATTERN]
+//! --directory=DIR .`, the guest's
 //! own tar that the helper's `bulk_archive` runs (decision 0090): a GNU-format archive of the
 //! CT's files below `DIR` on standard output, members named `./…` as GNU tar names them, owners
 //! numeric, padded to tar's 10 KiB records. A symlink is archived as a link (never followed).
@@ -18,6 +19,7 @@ const RECORD: usize = 10 * 1024;
 /// Runs `tar` with `args` on the CT's tree (see the module docs).
 pub(super) fn create(tree: &FileTree, args: &[String]) -> Outcome {
     let (mut created, mut to_stdout, mut dir, mut members) = (false, false, None, Vec::new());
+    let mut excluded = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -25,6 +27,9 @@ pub(super) fn create(tree: &FileTree, args: &[String]) -> Outcome {
             "--file=-" => to_stdout = true,
             "-f" | "--file" => to_stdout = it.next().is_some_and(|f| f == "-"),
             "--one-file-system" | "--numeric-owner" => {}
+            other if other.starts_with("--exclude=") => {
+                excluded.push(other["--exclude=".len()..].to_owned());
+            }
             "-C" | "--directory" => dir = it.next().cloned(),
             other if other.starts_with("--directory=") => {
                 dir = Some(other["--directory=".len()..].to_owned());
@@ -55,7 +60,7 @@ pub(super) fn create(tree: &FileTree, args: &[String]) -> Outcome {
         );
         return Outcome::fail(2, why);
     }
-    match archive(tree, &real) {
+    match archive(tree, &real, &excluded) {
         Ok(bytes) => Outcome {
             bytes: Some(bytes),
             ..Outcome::default()
@@ -64,8 +69,9 @@ pub(super) fn create(tree: &FileTree, args: &[String]) -> Outcome {
     }
 }
 
-/// The archive of every node below `dir` (itself as `./`), in path order.
-fn archive(tree: &FileTree, dir: &str) -> std::io::Result<Vec<u8>> {
+/// The archive of every node below `dir` (itself as `./`), in path order, but for those a
+/// pattern of `excluded` matches (`./name`, as GNU tar matches a member or a directory above it).
+fn archive(tree: &FileTree, dir: &str, excluded: &[String]) -> std::io::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     let root = tree
         .get(dir)
@@ -82,7 +88,21 @@ fn archive(tree: &FileTree, dir: &str) -> std::io::Result<Vec<u8>> {
         let Some(node) = tree.get(&path) else {
             continue;
         };
-        let mut name = format!("./{}", &path[prefix.len()..]);
+        let rel = &path[prefix.len()..];
+        let skipped = rel
+            .match_indices('/')
+            .map(|(i, _)| i)
+            .chain([rel.len()])
+            .any(|end| {
+                let member = format!("./{}", &rel[..end]);
+                excluded
+                    .iter()
+                    .any(|p| super::glob(p.as_bytes(), member.as_bytes()))
+            });
+        if skipped {
+            continue;
+        }
+        let mut name = format!("./{rel}");
         if node.kind == Kind::Dir {
             name.push('/');
         }
