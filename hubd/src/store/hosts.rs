@@ -182,6 +182,7 @@ pub(super) fn set_status(
             action,
         });
     }
+    super::monitored::before_status_change(tx, &host_id.to_string(), to == HostStatus::Active)?;
     tx.execute(
         "set host status",
         "UPDATE hosts SET status = ?1 WHERE host_id = ?2",
@@ -268,6 +269,9 @@ pub(super) fn record_poll(
             host_id: poll.host_id,
         })?;
     let mut row = HostRow::checked(row, poll)?;
+    if row.never_polled {
+        super::monitored::first_poll(tx)?;
+    }
     let stored = std::mem::take(&mut row.stored);
     let stored_seq = stored.seq;
     let report = poll_report::decide(
@@ -464,12 +468,12 @@ pub(super) const LIVENESS_SQL: &str = "
     FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
       AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)";
 
-/// How many active hosts have polled at all: the SQLite store keeps the count in `meta`
-/// (`store/sqlite/monitored.rs`), so its sweep reads the host rows once; PostgreSQL counts.
+/// How many active hosts have polled at all, as the writes that change it keep it
+/// ([`super::monitored`]), so a sweep reads the host rows once.
 pub(super) fn monitored_sql(dialect: Dialect) -> &'static str {
     dialect.pick(
         "SELECT value FROM meta WHERE key = 'monitored_hosts'",
-        "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL",
+        super::monitored::FOLD_SQL,
     )
 }
 

@@ -32,6 +32,7 @@ mod hosts;
 pub mod hub_keys;
 pub mod id_lookup;
 mod jobs;
+mod monitored;
 pub mod operator_tokens;
 mod pending;
 mod poll_report;

@@ -1,7 +1,8 @@
 //! The PostgreSQL store against a real server: the schema matches SQLite's, a one-time token
 //! is used once when two stores (two replicas) race for it, a write on one store wakes the
-//! other's listeners, only one store at a time holds the sweeper lock, and a sweep racing a
-//! poll leaves the polled host as the poll wrote it.
+//! other's listeners, only one store at a time holds the sweeper lock, a sweep racing a
+//! poll leaves the polled host as the poll wrote it, and the monitored-host count the writes
+//! keep stays a full count.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -104,6 +105,9 @@ fn the_postgresql_schema_has_the_tables_and_columns_of_sqlites() {
         let mut shape = Shape::new();
         for row in rows {
             shape.entry(row.get(0)).or_default().push(row.get(1));
+        }
+        for table in super::super::postgres::schema::PG_ONLY_TABLES {
+            assert!(shape.remove(*table).is_some(), "{table} is in the schema");
         }
         shape
     });
@@ -329,4 +333,100 @@ fn a_sweep_racing_a_poll_never_marks_the_just_polled_host_overdue() {
     assert_eq!(alerted, [racing], "{alerts:?}");
     assert_eq!(overdue(racing), (Some(later), "sent".to_owned(), 1));
     assert!(store.sweep(later + 1_000, &config).unwrap().is_empty());
+}
+
+/// The monitored-host count the writes keep (the sum of the steps), a full count of the same
+/// hosts, and how many step rows there are, as committed.
+fn monitored(sql: &mut postgres::Client) -> (i64, i64, i64) {
+    let row = sql
+        .query_one(
+            "SELECT (SELECT COALESCE(SUM(n), 0)::BIGINT FROM monitored_hosts),
+                    (SELECT COUNT(*) FROM hosts
+                     WHERE status = 'active' AND last_seen_ms IS NOT NULL),
+                    (SELECT COUNT(*) FROM monitored_hosts)",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[test]
+fn the_monitored_host_count_stays_a_full_count_through_every_write_and_fold() {
+    let db = Database::create();
+    let store = db.open();
+    let other = db.open();
+    let config = crate::deadman::DeadManConfig::default();
+    let mut sql = connect(&db.url);
+    let mut expect = |want: i64, step: &str| {
+        let (kept, full, _) = monitored(&mut sql);
+        assert_eq!((kept, full), (want, want), "after {step}");
+    };
+    expect(0, "opening an empty hub");
+    let polled = |store: &PgStore, host: Uuid, key: SecretHash| {
+        store.record_polls(vec![poll(host, key)]).unwrap()[0]
+            .as_ref()
+            .unwrap();
+    };
+
+    // Watched from the first poll on, once each, whichever replica records it.
+    let (a, a_key) = enroll(&store, None);
+    let (b, b_key) = enroll(&store, None);
+    let (c, _) = enroll(&store, None);
+    expect(0, "enrolling three hosts");
+    polled(&store, a, a_key);
+    polled(&other, b, b_key);
+    expect(2, "two first polls on two replicas");
+    polled(&other, a, a_key);
+    polled(&store, b, b_key);
+    store
+        .record_polls(vec![poll(a, a_key), poll(a, a_key)])
+        .unwrap();
+    expect(2, "polls of watched hosts, two of one host in one batch");
+
+    // A sweep folds the steps into one row and reads the same count.
+    assert!(store.sweep(NOW + 1_000, &config).unwrap().is_empty());
+    assert_eq!(monitored(&mut connect(&db.url)), (2, 2, 1));
+
+    store.revoke_host(b, NOW + 1).unwrap();
+    expect(1, "revoking a watched host");
+    store.revoke_host(b, NOW + 1).unwrap();
+    store.revoke_host(c, NOW + 1).unwrap();
+    expect(1, "revoking it again, and a host that never polled");
+
+    // A revoked host restored onto a new box is watched again from its first poll.
+    let (restored, restored_key) = enroll(&store, Some(b));
+    assert_eq!(restored, b);
+    expect(1, "restoring a revoked host");
+    polled(&other, b, restored_key);
+    expect(2, "the restored host's first poll");
+    store.remove_host(c, true, NOW + 2).unwrap();
+    store.revoke_host(a, NOW + 3).unwrap();
+    store.remove_host(a, true, NOW + 3).unwrap();
+    expect(
+        1,
+        "removing a revoked host, and revoking and removing a watched one",
+    );
+
+    // A first poll still open while a sweep folds (its host row and its step written, not
+    // committed): the sweep counts what was committed, and the open step is not lost.
+    let (d, _) = enroll(&store, None);
+    let mut racer = connect(&db.url);
+    let mut open = racer.transaction().unwrap();
+    open.execute(
+        "UPDATE hosts SET last_seen_ms = $1 WHERE host_id = $2",
+        &[&(NOW + 4_000), &d.to_string()],
+    )
+    .unwrap();
+    open.execute("INSERT INTO monitored_hosts (n) VALUES (1)", &[])
+        .unwrap();
+    assert!(store.sweep(NOW + 4_000, &config).unwrap().is_empty());
+    assert_eq!(monitored(&mut connect(&db.url)), (1, 1, 1));
+    open.commit().unwrap();
+    assert_eq!(monitored(&mut connect(&db.url)), (2, 2, 2));
+    assert!(store.sweep(NOW + 5_000, &config).unwrap().is_empty());
+    assert_eq!(monitored(&mut connect(&db.url)), (2, 2, 1));
+}
+
+fn connect(url: &str) -> postgres::Client {
+    postgres::Client::connect(url, postgres::NoTls).unwrap()
 }

@@ -37,10 +37,10 @@ use crate::secret::SecretHash;
 pub(super) const HOST_ROW_COLUMNS: &str = "h.hostname, h.overdue_since_ms, h.alert_state, \
     h.applied_generation, h.status, h.key_hash, h.full_report_wanted, h.report_seq, h.prev_seq, \
     h.live, h.prev_live, h.prev_base, h.audit_seq, h.poll_interval_s, h.stopped_ms, \
-    h.next_key_hash, h.key_issued_ms, h.key_rotate_ms, h.base_digest";
+    h.next_key_hash, h.key_issued_ms, h.key_rotate_ms, h.base_digest, h.last_seen_ms IS NULL";
 
 /// How many columns [`HOST_ROW_COLUMNS`] names.
-pub(super) const HOST_ROW_WIDTH: usize = 19;
+pub(super) const HOST_ROW_WIDTH: usize = 20;
 
 /// What the host row says to a poll's answer.
 #[derive(Debug, Clone, Copy)]
@@ -98,6 +98,7 @@ pub(super) struct RawHostRow {
     poll_interval_s: u32,
     stopped_since: Option<i64>,
     host_key: HostKeyFacts,
+    never_polled: bool,
 }
 
 impl RawHostRow {
@@ -127,6 +128,7 @@ impl RawHostRow {
             poll_interval_s: row.get(13)?,
             stopped_since: row.get(14)?,
             host_key: super::host_key_rotation::facts(row, 15)?,
+            never_polled: row.get(19)?,
         })
     }
 }
@@ -153,6 +155,8 @@ pub(super) struct HostRow {
     pub stopped_since: Option<i64>,
     /// Where its key is in its rotation.
     pub host_key: HostKeyFacts,
+    /// This is its first poll (it is not counted as monitored yet).
+    pub never_polled: bool,
 }
 
 impl HostRow {
@@ -185,6 +189,7 @@ impl HostRow {
             poll_interval_s: raw.poll_interval_s,
             stopped_since: raw.stopped_since,
             host_key: raw.host_key,
+            never_polled: raw.never_polled,
         })
     }
 }

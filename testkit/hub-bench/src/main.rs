@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 mod agents;
 mod cpu;
+mod pg_stats;
 
 use agents::{Fleet, Host, Reports};
 

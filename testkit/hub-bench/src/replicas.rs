@@ -133,6 +133,7 @@ pub(crate) async fn run(
         .map(|r| r.child.id())
         .collect();
     let replicas_before = cpu_seconds(&survivors);
+    let stats_before = super::pg_stats::ServerStats::read(url).await?;
 
     let rate = args.hosts as f64 / args.interval;
     let fleet_latencies = {
@@ -171,6 +172,7 @@ pub(crate) async fn run(
     );
     super::report_latencies("hub polls", rate, args.duration, fleet_latencies);
     let replicas_cpu = cpu_seconds(&survivors) - replicas_before;
+    let stats = super::pg_stats::ServerStats::read(url).await?;
     let per_1k = |seconds: f64| seconds * 1000.0 * 1000.0 / polls_ok.max(1) as f64;
     let what = if failover {
         "the surviving replicas"
@@ -201,6 +203,7 @@ pub(crate) async fn run(
             per_1k(replicas_cpu)
         ),
     }
+    println!("{}", stats.since(&stats_before, polls_ok));
     if failover {
         // Every job queued before the kill reaches its host through a live replica.
         let mut delivered = 0;
