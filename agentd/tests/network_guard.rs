@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use bosun_agentd::guests::reconcile::apply::Applier;
+use bosun_agentd::guests::reconcile::config_cache::ConfigCache;
 use bosun_agentd::guests::reconcile::observe::observe;
 use bosun_agentd::guests::reconcile::plan::{Action, Facts, plan};
 use bosun_agentd::guests::reconcile::provision::Provisioner;
@@ -129,7 +130,9 @@ async fn provisioned_guests_get_the_guard_and_the_reconciler_keeps_it_on_its_own
         .unwrap();
     assert!(h.sim.set_guest_firewall(vmid, BTreeMap::new()));
 
-    let observed = observe(&*h.pve, &h.journal).await.unwrap();
+    let observed = observe(&*h.pve, &h.journal, &mut ConfigCache::default())
+        .await
+        .unwrap();
     let ours = observed.guests.iter().find(|o| o.vmid == vmid).unwrap();
     assert!(ours.unguarded);
     assert_eq!(ours.addresses, vec!["10.0.0.5".parse::<IpAddr>().unwrap()]);
@@ -169,7 +172,9 @@ async fn provisioned_guests_get_the_guard_and_the_reconciler_keeps_it_on_its_own
 
     // Guarded: the next pass has nothing to do, and asks for nothing again.
     let puts = firewall_puts(&h, vmid).len();
-    let observed = observe(&*h.pve, &h.journal).await.unwrap();
+    let observed = observe(&*h.pve, &h.journal, &mut ConfigCache::default())
+        .await
+        .unwrap();
     assert!(plan(&state, &observed.guests, &facts).actions.is_empty());
     assert_eq!(firewall_puts(&h, vmid).len(), puts);
     h.shutdown().await;

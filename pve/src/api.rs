@@ -30,6 +30,15 @@ pub trait Pve: Send + Sync {
     fn node(&self) -> &NodeName;
     /// The waiting and retry bounds.
     fn retry_policy(&self) -> &RetryPolicy;
+    /// A count that moves whenever this client sends a request that may change the node, and
+    /// again when that request ends: every request but a read, and every read of a task's
+    /// status (a task changes the node while it runs). Equal marks before and after a read
+    /// say the agent changed nothing on the node meanwhile. `None` (the default) where the
+    /// implementation keeps no count: nothing read from the node may then be kept as still
+    /// true.
+    fn change_mark(&self) -> Option<u64> {
+        None
+    }
 
     /// `GET /version`.
     fn version(&self) -> impl Future<Output = Result<VersionInfo, PveError>> + Send;

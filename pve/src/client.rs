@@ -1,6 +1,7 @@
 //! `PveClient`: the HTTPS implementation of [`Pve`] (reqwest + rustls/ring).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
@@ -63,6 +64,21 @@ pub struct PveClient {
     policy: RetryPolicy,
     /// Told about every request sent, when one is attached.
     observer: Option<Arc<dyn RequestObserver>>,
+    /// Moves when a request that may change the node is sent and again when it ends
+    /// ([`Pve::change_mark`]); shared by the clones.
+    changes: Arc<AtomicU64>,
+}
+
+/// Moves a client's change mark when dropped: at the end of a request that may change the
+/// node, however it ended (answered, failed, or abandoned while Proxmox may still apply it).
+struct ChangeEnds<'a>(Option<&'a AtomicU64>);
+
+impl Drop for ChangeEnds<'_> {
+    fn drop(&mut self) {
+        if let Some(changes) = self.0 {
+            changes.fetch_add(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// What a call is about: the operation and the guest, for errors and logs.
@@ -143,6 +159,7 @@ impl PveClient {
             auth,
             policy: config.policy,
             observer: None,
+            changes: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -221,6 +238,12 @@ impl PveClient {
             HttpMethod::Put => self.http.put(url).form(params),
         };
         tracing::debug!(op = ?ctx.op, vmid = ctx.vmid.map(|v| v.get()), method = %endpoint.method, "pve call");
+        // A task changes the node as it runs: reading its status counts as a change too.
+        let changing = !endpoint.method.is_read_only() || ctx.op == Op::TaskStatus;
+        let _ends = ChangeEnds(changing.then(|| {
+            self.changes.fetch_add(1, Ordering::AcqRel);
+            &*self.changes
+        }));
         let started = std::time::Instant::now();
         let counted = |outcome| {
             if let Some(observer) = &self.observer {
@@ -399,6 +422,10 @@ impl Pve for PveClient {
 
     fn retry_policy(&self) -> &RetryPolicy {
         &self.policy
+    }
+
+    fn change_mark(&self) -> Option<u64> {
+        Some(self.changes.load(Ordering::Acquire))
     }
 
     async fn version(&self) -> Result<VersionInfo, PveError> {

@@ -325,6 +325,29 @@ struct IdleSeen {
     resident: Vec<(String, u64)>,
     /// Requests other than GET the simulator saw meanwhile.
     mutations: usize,
+    /// The Proxmox reads meanwhile: container lists, configs, firewall options, the rest.
+    reads: [usize; 4],
+}
+
+/// The Proxmox reads of `requests`: container lists, container configs, containers' firewall
+/// options, any other read.
+fn reads_of(requests: &[bosun_pvesim::LoggedRequest], node: &str) -> [usize; 4] {
+    let list = format!("/nodes/{node}/lxc");
+    let mut reads = [0; 4];
+    for r in requests.iter().filter(|r| r.method == "GET") {
+        let guest = r.path.strip_prefix(&format!("{list}/"));
+        let kind = if r.path == list {
+            0
+        } else if guest.is_some_and(|g| g.ends_with("/config")) {
+            1
+        } else if guest.is_some_and(|g| g.ends_with("/firewall/options")) {
+            2
+        } else {
+            3
+        };
+        reads[kind] += 1;
+    }
+    reads
 }
 
 /// Per-thread on-CPU nanoseconds and context switches of `pid`.
@@ -395,6 +418,7 @@ async fn profiled<T>(pid: u32, watch: impl std::future::Future<Output = T>) -> T
 
 async fn watch_idle(pid: u32, sim: &SimHandle) -> IdleSeen {
     let before = mutations(sim).len();
+    let logged = sim.requests().len();
     let (t0, threads0, w0) = (ticks(pid), threads(pid), Instant::now());
     tokio::time::sleep(WATCH).await;
     let (t1, threads1, wall) = (ticks(pid), threads(pid), w0.elapsed());
@@ -430,6 +454,7 @@ async fn watch_idle(pid: u32, sim: &SimHandle) -> IdleSeen {
         switches,
         resident,
         mutations: mutations(sim).len() - before,
+        reads: reads_of(&sim.requests()[logged..], &sim.endpoint().node),
     }
 }
 
@@ -461,6 +486,10 @@ impl IdleSeen {
             self.on_cpu.as_secs_f64() * 1000.0,
             self.on_cpu.as_secs_f64() / wall * 100.0,
             self.switches,
+        );
+        let [lists, configs, firewalls, other] = self.reads;
+        println!(
+            "  proxmox reads: {lists} container lists, {configs} configs, {firewalls} firewall options, {other} other"
         );
         for (file, kb) in self.resident.iter().take(8) {
             println!("  resident {kb:>6} kB  {file}");

@@ -39,6 +39,7 @@ mod agent_bulk_restore_crash;
 mod agent_capabilities;
 mod agent_census;
 mod agent_cluster;
+mod agent_config_reads;
 mod agent_controller;
 mod agent_controller_golden;
 mod agent_controller_update;

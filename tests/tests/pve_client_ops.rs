@@ -214,6 +214,46 @@ async fn config_update_with_a_stale_digest_is_refused() {
     .await;
 }
 
+/// The client's change mark (decision 0110) stays put over reads and moves when a request
+/// that may change the node is sent and again when it ends, refused or not; a task's status
+/// read counts as a change (the task changes the node while it runs). Clones share it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_mark_moves_with_what_may_change_the_node() {
+    bounded(async {
+        let rig = start(fast_sim()).await;
+        restore_golden(&rig, 121).await;
+        let c = &rig.client;
+        let id = vmid(121);
+        let mark = || c.change_mark().unwrap();
+        let before = mark();
+        let config = c.ct_config(id).await.unwrap();
+        c.list_cts().await.unwrap();
+        c.ct_firewall(id).await.unwrap();
+        c.node_status().await.unwrap();
+        assert_eq!(mark(), before, "reads change nothing");
+        let update = ConfigUpdate {
+            set: CtOptions {
+                cores: Some(3),
+                ..Default::default()
+            },
+            delete: vec![],
+            digest: Some(config.digest.clone()),
+        };
+        c.update_ct_config(id, &update).await.unwrap();
+        assert_eq!(mark(), before + 2, "a write, sent and ended");
+        // The same digest again: refused, and still counted.
+        assert!(c.update_ct_config(id, &update).await.is_err());
+        assert_eq!(mark(), before + 4);
+        let upid = c.start_ct(id).await.unwrap();
+        assert_eq!(mark(), before + 6);
+        c.task_status(&upid).await.unwrap();
+        assert_eq!(mark(), before + 8, "a task's status read");
+        assert_eq!(c.clone().change_mark(), Some(before + 8), "clones share it");
+        rig.sim.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resize_grows_the_root_volume() {
     bounded(async {

@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod compensate;
+pub mod config_cache;
 pub mod failures;
 mod finding_audit;
 pub mod golden;

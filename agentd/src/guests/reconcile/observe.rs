@@ -13,12 +13,17 @@
 //! (`GET /cluster/resources`) is read once: a guest the journal records that another node
 //! now holds under the identity the agent wrote is [`MigratedGuest`] — reported, never
 //! recovered (a DR restore would run a second copy of it beside the first).
+//!
+//! A container's config and firewall options are read again only when the listing shows a
+//! change, the agent may have changed the node, or it is the container's turn
+//! ([`super::config_cache`], decision 0110).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bosun_pve::{CtConfig, GuestStatus, Pve, PveError};
+use bosun_pve::{CtConfig, GuestFirewall, GuestStatus, Pve, PveError};
 use uuid::Uuid;
 
+use super::config_cache::{self, ConfigCache};
 use super::plan::{ObservedGuest, ObservedPower};
 use crate::ops::journal::{JournalError, JournalHandle};
 
@@ -131,12 +136,21 @@ impl Known {
     }
 }
 
-/// Reads every container and its config, and the journal's provenance.
-pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observed, ObserveError> {
+/// Reads every container, its config (from `cache` where it still holds) and the journal's
+/// provenance.
+pub async fn observe<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    cache: &mut ConfigCache,
+) -> Result<Observed, ObserveError> {
     let known = Known::read(journal).await?;
     let mut held: BTreeSet<u32> = BTreeSet::new();
     let mut unsettled: BTreeSet<Uuid> = BTreeSet::new();
+    // Read before the list: a change the agent makes from here on is seen by the next pass.
+    cache.begin(pve.change_mark());
     let list = pve.list_cts().await.map_err(ObserveError::Pve)?;
+    let listed: BTreeSet<u32> = list.iter().map(|c| c.vmid.get()).collect();
+    cache.keep_only(&listed);
     let mut guests = Vec::with_capacity(list.len());
     for ct in list
         .into_iter()
@@ -144,8 +158,8 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
     {
         let vmid = ct.vmid;
         let record = known.provenance.get(&vmid.get());
-        let config = match pve.ct_config(vmid).await {
-            Ok(config) => config,
+        let entry = match cache.read(pve, &ct).await {
+            Ok(entry) => entry,
             // Destroyed between the list and the read: skip it this pass (and judge
             // nothing about the journal's guest there until the next one).
             Err(e) if e.is_missing() => {
@@ -157,11 +171,26 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             }
             Err(e) => return Err(ObserveError::Pve(e)),
         };
-        let guest_id = ours(vmid.get(), record, &config);
+        let guest_id = ours(vmid.get(), record, &entry.config);
         if guest_id.is_some() {
             held.insert(vmid.get());
         }
-        guests.push(observed_guest(pve, ct, &config, guest_id).await);
+        let locked = ct.lock.is_some() || entry.config.lock().is_some();
+        // A guest of the agent's own is checked for its network guard, which its firewall
+        // options are part of (read with its config; a failed read leaves the question to the
+        // next pass).
+        let guard_checked = guest_id.is_some() && !locked;
+        if guard_checked {
+            config_cache::read_firewall(pve, vmid, entry).await;
+        }
+        let firewall = entry.firewall.as_ref().filter(|_| guard_checked);
+        guests.push(observed_guest(
+            ct,
+            &entry.config,
+            firewall,
+            guest_id,
+            locked,
+        ));
     }
     let (lost, migrated) = lost_and_migrated(pve, journal, &known, &held, &unsettled).await?;
     Ok(Observed {
@@ -191,23 +220,25 @@ fn ours(vmid: u32, record: Option<&Record>, config: &CtConfig) -> Option<Uuid> {
     None
 }
 
-/// The planner's view of one container and its config.
-async fn observed_guest<P: Pve>(
-    pve: &P,
+/// The planner's view of one container, its config and, for a guest of the agent's own,
+/// its firewall options.
+fn observed_guest(
     ct: bosun_pve::CtSummary,
     config: &CtConfig,
+    firewall: Option<&GuestFirewall>,
     guest_id: Option<Uuid>,
+    locked: bool,
 ) -> ObservedGuest {
-    let vmid = ct.vmid;
     let power = match ct.status {
         GuestStatus::Running => ObservedPower::Running,
         GuestStatus::Stopped => ObservedPower::Stopped,
         GuestStatus::Unknown => ObservedPower::Other,
     };
-    let locked = ct.lock.is_some() || config.lock().is_some();
-    let unguarded = guest_id.is_some() && !locked && unguarded(pve, vmid, config).await;
+    let unguarded = guest_id.is_some()
+        && !locked
+        && firewall.is_some_and(|f| super::network_guard::needs_guard(config, f));
     ObservedGuest {
-        vmid: vmid.get(),
+        vmid: ct.vmid.get(),
         guest_id,
         power,
         hostname: config.hostname().or(ct.name),
@@ -310,19 +341,6 @@ async fn migrated_away<P: Pve>(
     });
     migrated.sort();
     Ok(migrated)
-}
-
-/// Whether a guest of the agent's own lacks part of its network guard. Its firewall options
-/// are read for this (one call per own guest per pass); a failed read leaves the question to
-/// the next pass.
-async fn unguarded<P: Pve>(pve: &P, vmid: bosun_pve::Vmid, config: &CtConfig) -> bool {
-    match pve.ct_firewall(vmid).await {
-        Ok(firewall) => super::network_guard::needs_guard(config, &firewall),
-        Err(e) => {
-            tracing::debug!(vmid = vmid.get(), error = %bosun_errchain::error_chain(&e), "could not read the guest's firewall options");
-            false
-        }
-    }
 }
 
 /// The `size=` of a volume property string (`local-lvm:vm-101-disk-0,size=8G`),

@@ -27,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::apply::Applier;
-use super::observe::{Observed, observe};
+use super::config_cache::ConfigCache;
+use super::observe::{ObserveError, Observed};
 use super::plan::{Facts, Finding, ObservedPower, plan};
 use crate::data::desired::DesiredSnapshot;
 use crate::data::recovery::host_loss::HostLossSearch;
@@ -161,6 +162,8 @@ pub struct ReconcileTask<P: Pve> {
     host_loss: Option<HostLossSearch<P>>,
     /// The last reason host-loss guests waited for (logged when it changes).
     last_host_loss_reason: parking_lot::Mutex<Option<String>>,
+    /// What the passes read of each container, kept for the next (decision 0110).
+    configs: parking_lot::Mutex<ConfigCache>,
 }
 
 impl<P: Pve + 'static> ReconcileTask<P> {
@@ -194,6 +197,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 restart_limit,
                 host_loss: None,
                 last_host_loss_reason: parking_lot::Mutex::new(None),
+                configs: parking_lot::Mutex::new(ConfigCache::default()),
             },
             handle,
         )
@@ -307,6 +311,15 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         }
     }
 
+    /// Observes the host with the configs the passes before kept (a pass cancelled meanwhile
+    /// leaves none kept: the next reads every config).
+    async fn observe(&self) -> Result<Observed, ObserveError> {
+        let mut configs = std::mem::take(&mut *self.configs.lock());
+        let observed = super::observe::observe(&*self.pve, &self.journal, &mut configs).await;
+        *self.configs.lock() = configs;
+        observed
+    }
+
     async fn pass(&self, snapshot: Option<Arc<DesiredSnapshot>>) -> PassEnd {
         // A restore that landed after its operation stopped waiting is destroyed before
         // anything is observed, so no pass reports it as a stranger.
@@ -321,13 +334,13 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         }
         let Some(snapshot) = snapshot else {
             // Nothing desired yet: observe and report only; never act.
-            match observe(&*self.pve, &self.journal).await {
+            match self.observe().await {
                 Ok(observed) => self.publish(None, &observed, &[], false, None),
                 Err(e) => self.publish_error(error_chain(&e)),
             }
             return PassEnd::Settled;
         };
-        let observed = match observe(&*self.pve, &self.journal).await {
+        let observed = match self.observe().await {
             Ok(observed) => observed,
             Err(e) => {
                 let text = error_chain(&e);
@@ -374,7 +387,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 },
             )
             .await;
-        let observed = observe(&*self.pve, &self.journal).await.unwrap_or(observed);
+        let observed = self.observe().await.unwrap_or(observed);
         let first_error = report
             .outcomes
             .iter()
