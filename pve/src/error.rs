@@ -208,8 +208,9 @@ static PERM_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^Permission check failed \((/[^,\s]*), ([A-Za-z0-9.]+)\)")
         .expect("constant regex is valid")
 });
-static LOCKED_RE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"CT is locked \(([^)]*)\)").expect("constant regex is valid"));
+static LOCKED_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:CT|VM) is locked \(([^)]*)\)").expect("constant regex is valid")
+});
 static FLOCK_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"can't lock file '[^']*' - got timeout").expect("constant regex is valid")
 });

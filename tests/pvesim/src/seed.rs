@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::acl::AccessControl;
+use crate::acl::{AccessControl, BOSUN_POOL};
 use crate::config::FaultConfig;
 use crate::files::{FileTree, debian_template};
 use crate::guest_exec;
@@ -117,6 +117,13 @@ pub(crate) fn initial_state(
     access
         .grant("/", &agent_id, "BosunAgent", true)
         .map_err(cfg_err)?;
+    // Bosun's pool and the guest-agent reach on it only (decision 0113).
+    access.add_pool(BOSUN_POOL);
+    for subject in ["bosun@pve", agent_id.as_str()] {
+        access
+            .grant(&format!("/pool/{BOSUN_POOL}"), subject, "BosunGuest", true)
+            .map_err(cfg_err)?;
+    }
     let root_id = access
         .add_token("root@pam", "bosun-sim", &root_secret, false)
         .map_err(cfg_err)?;
@@ -196,6 +203,7 @@ pub(crate) fn initial_state(
     let state = NodeState {
         access,
         guests: BTreeMap::new(),
+        vms: BTreeMap::new(),
         storages,
         tasks: Vec::new(),
         faults,

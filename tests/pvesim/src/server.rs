@@ -573,6 +573,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::DiskLvmthin => crate::hardware::lvmthin(ctx),
         Handler::DiskZfs => crate::hardware::zfs(ctx),
         Handler::NetworkList => crate::network::list(ctx),
+        Handler::Qemu(h) => crate::qemu_routes::dispatch(h, ctx).await,
     }
 }
 
