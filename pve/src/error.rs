@@ -104,8 +104,8 @@ pub enum PveError {
         /// The server's message or reason phrase.
         message: String,
     },
-    /// The guest stayed locked (`CT is locked (…)` or a config file lock timeout) for longer
-    /// than the retry policy waits.
+    /// The guest stayed locked (`CT is locked (…)`, `VM is locked (…)` or a config file lock
+    /// timeout) for longer than the retry policy waits.
     #[error("{op}{}: guest stayed locked: {message}", guest(*.vmid))]
     Locked {
         /// The operation.

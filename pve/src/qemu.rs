@@ -19,7 +19,7 @@ use super::qemu_model::{
     GuestInterface, VmSummary,
 };
 use super::qemu_requests::{
-    AgentExec, AgentFileWrite, VmConfigUpdate, VmRestoreRequest, file_read_params,
+    AgentExec, AgentFileWrite, FILE_READ_MAX, VmConfigUpdate, VmRestoreRequest, file_read_params,
 };
 use super::requests::Params;
 use super::types::{SnapName, Upid, Vmid};
@@ -121,12 +121,11 @@ pub trait PveQemu: Pve {
         vmid: Vmid,
         write: &AgentFileWrite,
     ) -> impl Future<Output = Result<(), PveError>> + Send;
-    /// Reads at most `max_bytes` of a file inside the VM.
+    /// Reads a file inside the VM as text: at most 16 MiB of it, `truncated` when it goes on.
     fn agent_file_read(
         &self,
         vmid: Vmid,
         path: &str,
-        max_bytes: u64,
     ) -> impl Future<Output = Result<FileRead, PveError>> + Send;
     /// The VM's interfaces and addresses, as its guest agent reports them.
     fn agent_network_interfaces(
@@ -341,34 +340,26 @@ impl PveQemu for PveClient {
         Ok(())
     }
 
-    async fn agent_file_read(
-        &self,
-        vmid: Vmid,
-        path: &str,
-        max_bytes: u64,
-    ) -> Result<FileRead, PveError> {
-        let params = file_read_params(Op::AgentFileRead, path, max_bytes)?;
+    async fn agent_file_read(&self, vmid: Vmid, path: &str) -> Result<FileRead, PveError> {
+        let params = file_read_params(Op::AgentFileRead, path)?;
         let answer: FileReadAnswer = self
             .vm_call(Op::AgentFileRead, vmid, &["agent", "file-read"], &params)
             .await?;
-        let excerpt = answer.content.chars().take(40).collect::<String>();
-        let read = answer.decode().map_err(|e| PveError::Decode {
-            op: Op::AgentFileRead,
-            vmid: Some(vmid),
-            body_excerpt: excerpt,
-            source: <serde_json::Error as serde::de::Error>::custom(e),
-        })?;
-        if read.content.len() as u64 > max_bytes {
+        // Each byte read is one character, at most two bytes of UTF-8.
+        if answer.content.len() as u64 > 2 * FILE_READ_MAX {
             return Err(PveError::Decode {
                 op: Op::AgentFileRead,
                 vmid: Some(vmid),
-                body_excerpt: format!("{} bytes", read.content.len()),
+                body_excerpt: format!("{} bytes", answer.content.len()),
                 source: <serde_json::Error as serde::de::Error>::custom(
-                    "more bytes than the count asked for",
+                    "more than PVE reads of a file",
                 ),
             });
         }
-        Ok(read)
+        Ok(FileRead {
+            content: answer.content,
+            truncated: answer.truncated,
+        })
     }
 
     async fn agent_network_interfaces(&self, vmid: Vmid) -> Result<Vec<GuestInterface>, PveError> {

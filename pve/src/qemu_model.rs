@@ -1,7 +1,6 @@
 //! What PVE answers about QEMU guests and their guest agent, parsed leniently (Perl's 0/1
 //! booleans, numbers as strings) like every other answer.
 
-use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -97,7 +96,7 @@ fn lenient_opt_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>
     }
 }
 
-/// What `…/agent/file-read` answers with `decode=0`: the bytes as base64.
+/// What `…/agent/file-read` answers: the bytes PVE read, decoded (each byte a character).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub(crate) struct FileReadAnswer {
     pub(crate) content: String,
@@ -108,19 +107,10 @@ pub(crate) struct FileReadAnswer {
 /// A file read from inside a VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileRead {
-    /// The bytes read (at most the count asked for).
-    pub content: Vec<u8>,
+    /// What PVE read, as text (at most 16 MiB of the file).
+    pub content: String,
     /// Whether the file goes on past what was read.
     pub truncated: bool,
-}
-
-impl FileReadAnswer {
-    pub(crate) fn decode(self) -> Result<FileRead, base64::DecodeError> {
-        Ok(FileRead {
-            content: base64::engine::general_purpose::STANDARD.decode(self.content.as_bytes())?,
-            truncated: self.truncated,
-        })
-    }
 }
 
 /// The answer of the guest agent's simple commands: `{"result": …}`.
@@ -191,32 +181,4 @@ impl CloudinitItem {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exec_status_reads_perls_types() {
-        let s: ExecStatus = serde_json::from_value(serde_json::json!({
-            "exited": 1, "exitcode": "0", "out-data": "ok\n", "out-truncated": 0
-        }))
-        .expect("parses");
-        assert!(s.exited && s.exitcode == Some(0) && !s.out_truncated);
-        let running: ExecStatus =
-            serde_json::from_value(serde_json::json!({"exited": 0})).expect("parses");
-        assert!(!running.exited && running.exitcode.is_none());
-    }
-
-    #[test]
-    fn file_read_decodes_base64_and_refuses_what_is_not() {
-        let a = FileReadAnswer {
-            content: "aGk=".into(),
-            truncated: false,
-        };
-        assert_eq!(a.decode().expect("base64").content, b"hi");
-        let bad = FileReadAnswer {
-            content: "not base64!".into(),
-            truncated: false,
-        };
-        assert!(bad.decode().is_err());
-    }
-}
+mod tests;

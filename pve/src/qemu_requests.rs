@@ -17,8 +17,8 @@ use super::types::{StorageId, ValueError, Vmid, VolumeId, check_dns_name, check_
 /// of base64, which the client encodes itself (`encode=0`).
 pub const FILE_WRITE_MAX: usize = 61_440 / 4 * 3;
 
-/// The most bytes one `file-read` asks for: QEMU's guest agent reads at most 16 MiB per call
-/// (PVE's `count` maximum).
+/// The most bytes one `file-read` gives: PVE reads at most 16 MiB of a file through the guest
+/// agent and marks the answer `truncated` when the file goes on.
 pub const FILE_READ_MAX: u64 = 16 * 1024 * 1024;
 
 /// The most program arguments (the program included) one `exec` sends.
@@ -573,143 +573,13 @@ impl AgentFileWrite {
     }
 }
 
-/// Parameters of `GET …/agent/file-read`: the file, at most `max_bytes` of it (at most
-/// [`FILE_READ_MAX`]), base64 in the answer (`decode=0`) so any bytes survive.
-pub(crate) fn file_read_params(op: Op, path: &str, max_bytes: u64) -> Result<Params, PveError> {
+/// Parameters of `GET …/agent/file-read`: the file alone, as PVE 8.4 takes it (9.1's `count`,
+/// `offset` and `decode` do not exist there). PVE reads at most [`FILE_READ_MAX`] bytes of it
+/// and answers them decoded, as text.
+pub(crate) fn file_read_params(op: Op, path: &str) -> Result<Params, PveError> {
     check_guest_path(path).map_err(invalid(op, "file"))?;
-    if max_bytes == 0 || max_bytes > FILE_READ_MAX {
-        return Err(invalid(op, "count")(ValueError::new(
-            "count",
-            max_bytes.to_string(),
-            "must be 1..=16777216",
-        )));
-    }
-    Ok(vec![
-        ("file".into(), path.to_owned()),
-        ("count".into(), max_bytes.to_string()),
-        ("decode".into(), "0".into()),
-    ])
+    Ok(vec![("file".into(), path.to_owned())])
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_write_is_bounded_and_base64_with_encode_off() {
-        let op = Op::AgentFileWrite;
-        let w = AgentFileWrite {
-            path: "/etc/bosun/bootstrap.json".into(),
-            content: b"{\"a\":1}\n".to_vec(),
-        };
-        let p = w.params(op).expect("fits");
-        assert!(p.contains(&("encode".into(), "0".into())), "{p:?}");
-        assert!(
-            p.contains(&("content".into(), "eyJhIjoxfQo=".into())),
-            "{p:?}"
-        );
-        let big = AgentFileWrite {
-            path: "/x".into(),
-            content: vec![0; FILE_WRITE_MAX + 1],
-        };
-        assert!(big.params(op).is_err());
-        let exact = AgentFileWrite {
-            path: "/x".into(),
-            content: vec![0; FILE_WRITE_MAX],
-        };
-        let p = exact.params(op).expect("the maximum fits");
-        assert_eq!(p[1].1.len(), 61_440, "base64 of the maximum is PVE's limit");
-        let relative = AgentFileWrite {
-            path: "etc/passwd".into(),
-            content: Vec::new(),
-        };
-        assert!(relative.params(op).is_err());
-    }
-
-    #[test]
-    fn exec_sends_the_argv_as_a_repeated_array_and_refuses_what_is_unbounded() {
-        let op = Op::AgentExec;
-        let e = AgentExec {
-            argv: vec!["/usr/lib/bosun/check".into(), "--quick".into()],
-            input: None,
-        };
-        let p = e.params(op).expect("fits");
-        assert_eq!(
-            p,
-            vec![
-                ("command".to_owned(), "/usr/lib/bosun/check".to_owned()),
-                ("command".to_owned(), "--quick".to_owned())
-            ]
-        );
-        for bad in [
-            AgentExec {
-                argv: vec![],
-                input: None,
-            },
-            AgentExec {
-                argv: vec!["sh".into()],
-                input: None,
-            },
-            AgentExec {
-                argv: vec!["/bin/true".into(); EXEC_MAX_ARGS + 1],
-                input: None,
-            },
-            AgentExec {
-                argv: vec!["/bin/cat".into()],
-                input: Some("x".repeat(EXEC_MAX_INPUT + 1)),
-            },
-        ] {
-            assert!(bad.params(op).is_err(), "{:?}", bad.argv.first());
-        }
-    }
-
-    #[test]
-    fn file_read_count_is_bounded_by_the_agents_limit() {
-        let op = Op::AgentFileRead;
-        assert!(file_read_params(op, "/etc/hostname", FILE_READ_MAX).is_ok());
-        assert!(file_read_params(op, "/etc/hostname", FILE_READ_MAX + 1).is_err());
-        assert!(file_read_params(op, "/etc/hostname", 0).is_err());
-    }
-
-    #[test]
-    fn cloud_init_identity_is_sent_in_pves_forms() {
-        let mut o = VmOptions {
-            ciuser: Some("bosun".into()),
-            sshkeys: vec!["ssh-ed25519 AAAAC3Nza key@host".into()],
-            ..VmOptions::default()
-        };
-        o.ipconfig.insert(
-            0,
-            IpConfig::Static {
-                address: Ipv4Addr::new(10, 0, 0, 5),
-                prefix: 24,
-                gateway: Some(Ipv4Addr::new(10, 0, 0, 1)),
-            },
-        );
-        let mut net = VmNet::new("vmbr0");
-        net.firewall = Some(true);
-        o.net.insert(0, net);
-        let mut p = Params::new();
-        o.push_params(Op::RestoreVm, &mut p).expect("valid");
-        assert!(p.contains(&("ipconfig0".into(), "ip=10.0.0.5/24,gw=10.0.0.1".into())));
-        assert!(p.contains(&(
-            "sshkeys".into(),
-            "ssh-ed25519%20AAAAC3Nza%20key%40host".into()
-        )));
-        assert!(p.contains(&("net0".into(), "virtio,bridge=vmbr0,firewall=1".into())));
-        let two_lines = VmOptions {
-            sshkeys: vec!["ssh-ed25519 A\nssh-rsa B".into()],
-            ..VmOptions::default()
-        };
-        assert!(two_lines.push_params(Op::RestoreVm, &mut p).is_err());
-    }
-
-    #[test]
-    fn pool_ids_and_macs_are_checked() {
-        assert!(PoolId::new("bosun").is_ok());
-        assert!(PoolId::new("bo/sun").is_err());
-        assert!(PoolId::new("").is_err());
-        assert!(check_mac("BC:24:11:00:00:01").is_ok());
-        assert!(check_mac("01:24:11:00:00:01").is_err(), "multicast");
-    }
-}
+mod tests;

@@ -87,6 +87,20 @@ pub const BOSUN_GUEST_PRIVILEGES: &[&str] = &[
     "VM.GuestAgent.Unrestricted",
 ];
 
+/// The `BosunGuest` role on PVE 8, where `VM.Monitor` guards every guest-agent call.
+pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] = &["VM.Config.Cloudinit", "VM.Monitor"];
+
+/// Every privilege name of a release: PVE 9's list, or PVE 8's (`VM.Monitor` instead of
+/// `VM.GuestAgent.*`).
+pub(crate) fn privileges_of(pve8: bool) -> BTreeSet<String> {
+    ALL_PRIVILEGES
+        .iter()
+        .filter(|p| !(pve8 && p.starts_with("VM.GuestAgent.")))
+        .map(|p| (*p).to_owned())
+        .chain(pve8.then(|| "VM.Monitor".to_owned()))
+        .collect()
+}
+
 /// Effective privileges on one path: privilege name → propagate flag.
 pub type PrivSet = BTreeMap<String, bool>;
 
@@ -140,18 +154,37 @@ pub(crate) struct AccessControl {
     acl: Vec<AclEntry>,
     /// Pools and the VMs that are their members (`user.cfg`'s `pool:` lines).
     pools: BTreeMap<String, BTreeSet<u32>>,
+    /// The privilege names the release knows.
+    known: BTreeSet<String>,
 }
 
 impl AccessControl {
     /// The built-in roles used here plus `BosunAgent`, users `root@pam` and `bosun@pve`.
+    #[cfg(test)]
     pub(crate) fn with_builtin() -> Self {
-        let mut ac = Self::default();
-        let all: BTreeSet<String> = ALL_PRIVILEGES.iter().map(|p| (*p).to_owned()).collect();
+        Self::for_release(false)
+    }
+
+    /// The built-in roles of PVE 9 (`pve8 = false`) or PVE 8, with `BosunGuest` in that
+    /// release's names.
+    pub(crate) fn for_release(pve8: bool) -> Self {
+        let mut ac = Self {
+            known: privileges_of(pve8),
+            ..Self::default()
+        };
+        let all = ac.known.clone();
         ac.roles.insert("Administrator".to_owned(), all);
         ac.roles.insert("NoAccess".to_owned(), BTreeSet::new());
         for (name, privs) in [
             ("BosunAgent", BOSUN_AGENT_PRIVILEGES),
-            ("BosunGuest", BOSUN_GUEST_PRIVILEGES),
+            (
+                "BosunGuest",
+                if pve8 {
+                    BOSUN_GUEST_PRIVILEGES_PVE8
+                } else {
+                    BOSUN_GUEST_PRIVILEGES
+                },
+            ),
             (
                 "PVEAuditor",
                 &["VM.Audit", "Datastore.Audit", "Sys.Audit", "SDN.Audit"][..],
@@ -178,7 +211,7 @@ impl AccessControl {
     pub(crate) fn add_role(&mut self, name: &str, privileges: &[&str]) -> Result<(), AclError> {
         let mut set = BTreeSet::new();
         for p in privileges {
-            if !ALL_PRIVILEGES.contains(p) {
+            if !self.known.contains(*p) {
                 return Err(AclError::UnknownPrivilege {
                     privilege: (*p).to_owned(),
                 });
@@ -332,10 +365,7 @@ impl AccessControl {
 
     fn subject_privileges(&self, subject: &str, path: &str) -> PrivSet {
         if subject == "root@pam" {
-            return ALL_PRIVILEGES
-                .iter()
-                .map(|p| ((*p).to_owned(), true))
-                .collect();
+            return self.known.iter().map(|p| (p.clone(), true)).collect();
         }
         // Walk from "/" down to `path`; a level naming the subject replaces what was inherited.
         let mut roles: BTreeMap<String, bool> = BTreeMap::new();

@@ -68,6 +68,7 @@ mod qemu_agent;
 mod qemu_handle;
 mod qemu_restore;
 mod qemu_routes;
+mod qemu_snapshot;
 mod remote_store;
 mod remotes;
 mod request;

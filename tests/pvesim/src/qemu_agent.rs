@@ -17,7 +17,7 @@ use crate::qemu::{Process, Vm, missing_config};
 /// `GUEST_EXEC_MAX_OUTPUT`).
 pub(crate) const EXEC_MAX_OUTPUT: usize = 16 * 1024 * 1024;
 
-/// The most `file-read` returns in one call (PVE's `count` maximum).
+/// The most `file-read` returns in one call (PVE's read loop stops at 16 MiB).
 pub(crate) const FILE_READ_MAX: usize = 16 * 1024 * 1024;
 
 const B64: base64::engine::general_purpose::GeneralPurpose =
@@ -235,35 +235,28 @@ fn open_failed(path: &str, mode: &str) -> ApiError {
     ))
 }
 
-/// `GET …/agent/file-read`: at most `count` bytes (16 MiB) from `offset`; `truncated` when the
-/// file goes on; base64 with `decode=0`.
+/// At most [`FILE_READ_MAX`] bytes of `content`, and whether the file goes on.
+pub(crate) fn read_at_most(content: &[u8]) -> (&[u8], bool) {
+    let end = content.len().min(FILE_READ_MAX);
+    (&content[..end], end < content.len())
+}
+
+/// `GET …/agent/file-read`: PVE reads at most 16 MiB of the file through the agent and answers
+/// the bytes decoded, each one character (Perl's string), `truncated` when the file goes on.
 pub(crate) fn file_read(ctx: &Ctx) -> HandlerResult {
     let path = ctx.required("file")?.to_owned();
-    let count = ctx
-        .get("count")
-        .and_then(|c| c.parse::<usize>().ok())
-        .unwrap_or(FILE_READ_MAX)
-        .min(FILE_READ_MAX);
-    let offset = ctx
-        .get("offset")
-        .and_then(|o| o.parse::<usize>().ok())
-        .unwrap_or(0);
-    let decode = ctx.get("decode") != Some("0");
-    let (chunk, truncated) = with_agent(ctx, "guest-file-open", |vm| {
+    let (content, truncated) = with_agent(ctx, "guest-file-open", |vm| {
         let canonical = crate::files::canonical(&path).map_err(|_| open_failed(&path, "r"))?;
         let content = vm
             .files
             .content(&canonical)
             .ok_or_else(|| open_failed(&path, "r"))?;
-        let start = offset.min(content.len());
-        let end = start.saturating_add(count).min(content.len());
-        Ok((content[start..end].to_vec(), end < content.len()))
+        let (chunk, truncated) = read_at_most(content);
+        Ok((
+            chunk.iter().map(|b| char::from(*b)).collect::<String>(),
+            truncated,
+        ))
     })?;
-    let content = if decode {
-        String::from_utf8_lossy(&chunk).into_owned()
-    } else {
-        B64.encode(&chunk)
-    };
     let mut v = json!({ "content": content });
     if truncated {
         v["truncated"] = json!(1);
@@ -320,16 +313,4 @@ pub(crate) fn interfaces(ctx: &Ctx) -> HandlerResult {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exec_output_is_cut_at_the_agents_limit_and_says_so() {
-        let (kept, cut) = capped(vec![b'x'; EXEC_MAX_OUTPUT + 10]);
-        assert!(cut);
-        assert_eq!(kept.len(), EXEC_MAX_OUTPUT);
-        let (kept, cut) = capped(vec![b'x'; 10]);
-        assert!(!cut);
-        assert_eq!(kept.len(), 10);
-    }
-}
+mod tests;

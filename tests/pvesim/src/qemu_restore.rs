@@ -158,7 +158,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
         &ctx.authid,
         "qmrestore",
         &vmid.to_string(),
-        format!("command 'vma extract' failed: exit code 133"),
+        "command 'vma extract' failed: exit code 133".to_owned(),
         move |t| async move {
             let _flock = flock;
             t.log(format!(

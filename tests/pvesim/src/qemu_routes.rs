@@ -372,20 +372,8 @@ pub(crate) static QEMU_ROUTES: &[RouteSpec] = &[
     q(
         "GET",
         "/nodes/{node}/qemu/{vmid}/agent/file-read",
-        &[
-            NODE,
-            VMID,
-            req("file", STR),
-            opt(
-                "count",
-                ParamKind::Int {
-                    min: Some(1),
-                    max: Some(16 * 1024 * 1024),
-                },
-            ),
-            opt("offset", UINT),
-            opt("decode", BOOL),
-        ],
+        // PVE 9.1 adds `count`, `offset` and `decode`; 8.4 takes the file alone.
+        &[NODE, VMID, req("file", STR)],
         vm(
             &["VM.GuestAgent.FileRead", "VM.GuestAgent.Unrestricted"],
             true,

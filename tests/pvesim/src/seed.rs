@@ -101,8 +101,9 @@ impl Secrets {
 pub(crate) fn initial_state(
     faults: FaultConfig,
     secrets: &Secrets,
+    version: crate::config::PveVersion,
 ) -> Result<(NodeState, Tokens, String), SimError> {
-    let mut access = AccessControl::with_builtin();
+    let mut access = AccessControl::for_release(version.is_pve8());
     let agent_secret = secrets.agent.clone();
     let root_secret = secrets.root.clone();
     let cfg_err = |e: crate::AclError| SimError::Config {

@@ -337,7 +337,7 @@ async fn exec_runs_in_the_guest_reports_while_running_and_forgets_a_read_exit() 
 }
 
 #[tokio::test]
-async fn file_write_lands_in_the_named_vm_only_and_file_read_is_bounded() {
+async fn file_write_lands_in_the_named_vm_only_and_file_read_reads_it_back() {
     let sim = start().await;
     for vmid in [330, 331] {
         restore_vm(&sim, &sim.agent(), vmid, "bosun").await;
@@ -406,19 +406,27 @@ async fn file_write_lands_in_the_named_vm_only_and_file_read_is_bounded() {
         .call(
             "GET",
             &agent_path(330, "file-read"),
-            &[("file", "/etc/bosun.json"), ("count", "3"), ("decode", "0")],
+            &[("file", "/etc/bosun.json")],
         )
         .await;
-    assert_eq!(r.data()["content"], "c2Vj", "the first 3 bytes, base64");
-    assert_eq!(r.data()["truncated"], 1);
+    assert_eq!(
+        r.data()["content"],
+        "secret\u{0}\u{ff}",
+        "bytes decoded, one character each: {r:?}"
+    );
+    assert!(r.data().get("truncated").is_none());
     let r = sim
         .call(
             "GET",
-            &agent_path(330, "file-read"),
-            &[("file", "/etc/bosun.json"), ("count", "16777217")],
+            &agent_path(331, "file-read"),
+            &[("file", "/etc/bosun.json")],
         )
         .await;
-    assert_eq!(r.status, 400, "16 MiB at most: {r:?}");
+    assert_eq!(r.status, 500, "the other VM has no such file: {r:?}");
+    assert_eq!(
+        r.message(),
+        "Agent error: failed to open file '/etc/bosun.json' (mode: 'r'): No such file or directory\n"
+    );
     sim.handle.shutdown().await;
 }
 
@@ -592,5 +600,38 @@ async fn the_agents_token_reaches_inside_a_vm_only_through_bosuns_pool() {
         .expect("listed");
     assert_eq!(listed["type"], "qemu");
     assert_eq!(listed["pool"], "bosun");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn on_pve_8_one_privilege_vm_monitor_guards_the_guest_agent() {
+    let sim = start_with(SimConfig {
+        time_scale: 0.0,
+        auth_failure_delay: Duration::ZERO,
+        pve_version: bosun_pvesim::PveVersion::V8_4,
+        ..SimConfig::default()
+    })
+    .await;
+    restore_vm(&sim, &sim.root(), 370, "").await;
+    start_vm(&sim, 370).await;
+    let r = sim.call("POST", &agent_path(370, "ping"), &[]).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/vms/370, VM.Monitor)\n"
+    );
+    assert!(sim.handle.add_vm_to_pool(370, "bosun"));
+    let r = sim.call("POST", &agent_path(370, "ping"), &[]).await;
+    assert_eq!(
+        r.status, 200,
+        "the pool's BosunGuest has VM.Monitor on 8.4: {r:?}"
+    );
+    let r = sim
+        .call("GET", "/access/permissions", &[("path", "/pool/bosun")])
+        .await;
+    assert!(
+        r.data()["/pool/bosun"].get("VM.GuestAgent.Audit").is_none(),
+        "no PVE 9 names on 8.4: {r:?}"
+    );
     sim.handle.shutdown().await;
 }
