@@ -266,6 +266,9 @@ impl Formats {
                 format!("{v} contains illegal character sequences ('.' or '..' as a path part)"),
             ),
             "mac-addr" => ok_if(MAC.is_match(v), format!("invalid MAC address '{v}'")),
+            // PVE 8.4 gives `agent/exec`'s `command` items `format: string` (9.1: `type:
+            // string`); any text passes.
+            "string" => Ok(()),
             // `pve_verify_bridge_id`.
             "pve-bridge-id" => ok_if(
                 !v.is_empty()
