@@ -15,7 +15,7 @@
 //!    `/sdn/zones/localnetwork` holds every privilege of the `BosunAgent` role
 //!    ([`bosun_pve::BOSUN_AGENT_PRIVILEGES`]), propagated where the agent needs it
 //!    below; each missing one is named with the `pveum` command that grants it.
-//! 5b. `guest-reach` (decision 0113): what reaches inside a VM (`VM.GuestAgent.*` on PVE 9,
+//!    Then `guest-reach` (decision 0113): what reaches inside a VM (`VM.GuestAgent.*` on PVE 9,
 //!    `VM.Monitor` on PVE 8, and `VM.Config.Cloudinit`) is held on `/pool/bosun` and on no
 //!    other path the token can list (`/`, `/vms`, a VM outside the pool): a failure
 //!    otherwise, naming the path; more than the `BosunGuest` role on the pool is a warning.
