@@ -172,6 +172,54 @@ ops! {
     ListZfsPools => Get "/nodes/{node}/disks/zfs",
     /// List the node's network interfaces (bridges, NICs, bonds, VLANs).
     ListNetwork => Get "/nodes/{node}/network",
+    /// List the node's virtual machines.
+    ListVms => Get "/nodes/{node}/qemu",
+    /// Create a VM by restoring a vzdump-qemu archive (`archive=`).
+    RestoreVm => Post "/nodes/{node}/qemu",
+    /// Read a VM's config (pending values merged).
+    VmConfig => Get "/nodes/{node}/qemu/{vmid}/config",
+    /// Change a VM's config synchronously (cloud-init keys, size, network, options).
+    UpdateVmConfig => Put "/nodes/{node}/qemu/{vmid}/config",
+    /// Read a VM's runtime status.
+    VmStatus => Get "/nodes/{node}/qemu/{vmid}/status/current",
+    /// Start a VM.
+    StartVm => Post "/nodes/{node}/qemu/{vmid}/status/start",
+    /// Stop (kill) a VM.
+    StopVm => Post "/nodes/{node}/qemu/{vmid}/status/stop",
+    /// Shut a VM down through ACPI or its guest agent.
+    ShutdownVm => Post "/nodes/{node}/qemu/{vmid}/status/shutdown",
+    /// Destroy a VM.
+    DestroyVm => Delete "/nodes/{node}/qemu/{vmid}",
+    /// List a VM's snapshots.
+    ListVmSnapshots => Get "/nodes/{node}/qemu/{vmid}/snapshot",
+    /// Take a VM snapshot.
+    CreateVmSnapshot => Post "/nodes/{node}/qemu/{vmid}/snapshot",
+    /// Delete a VM snapshot.
+    DeleteVmSnapshot => Delete "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}",
+    /// Roll a VM back to a snapshot.
+    RollbackVmSnapshot => Post "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
+    /// Ask a VM's guest agent whether it answers.
+    AgentPing => Post "/nodes/{node}/qemu/{vmid}/agent/ping",
+    /// Freeze a VM's filesystems through its guest agent.
+    AgentFsFreeze => Post "/nodes/{node}/qemu/{vmid}/agent/fsfreeze-freeze",
+    /// Thaw a VM's filesystems through its guest agent.
+    AgentFsThaw => Post "/nodes/{node}/qemu/{vmid}/agent/fsfreeze-thaw",
+    /// Whether a VM's filesystems are frozen.
+    AgentFsFreezeStatus => Post "/nodes/{node}/qemu/{vmid}/agent/fsfreeze-status",
+    /// Start a program inside a VM through its guest agent.
+    AgentExec => Post "/nodes/{node}/qemu/{vmid}/agent/exec",
+    /// Read a program's state and output (started by `AgentExec`).
+    AgentExecStatus => Get "/nodes/{node}/qemu/{vmid}/agent/exec-status",
+    /// Write a file inside a VM through its guest agent.
+    AgentFileWrite => Post "/nodes/{node}/qemu/{vmid}/agent/file-write",
+    /// Read a file inside a VM through its guest agent.
+    AgentFileRead => Get "/nodes/{node}/qemu/{vmid}/agent/file-read",
+    /// A VM's interfaces and addresses as its guest agent reports them.
+    AgentNetworkInterfaces => Get "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces",
+    /// A VM's cloud-init values: in use and pending.
+    VmCloudinit => Get "/nodes/{node}/qemu/{vmid}/cloudinit",
+    /// Regenerate a VM's cloud-init drive from its config.
+    RegenerateCloudinit => Put "/nodes/{node}/qemu/{vmid}/cloudinit",
 }
 
 impl fmt::Display for Op {

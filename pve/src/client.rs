@@ -83,16 +83,16 @@ impl Drop for ChangeEnds<'_> {
 
 /// What a call is about: the operation and the guest, for errors and logs.
 #[derive(Debug, Clone, Copy)]
-struct Ctx {
+pub(crate) struct Ctx {
     op: Op,
     vmid: Option<Vmid>,
 }
 
 impl Ctx {
-    fn new(op: Op) -> Self {
+    pub(crate) fn new(op: Op) -> Self {
         Self { op, vmid: None }
     }
-    fn ct(op: Op, vmid: Vmid) -> Self {
+    pub(crate) fn ct(op: Op, vmid: Vmid) -> Self {
         Self {
             op,
             vmid: Some(vmid),
@@ -308,7 +308,7 @@ impl PveClient {
         })
     }
 
-    async fn call<T: DeserializeOwned>(
+    pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         ctx: Ctx,
         segments: &[&str],
@@ -360,6 +360,38 @@ impl PveClient {
                         body_excerpt: format!("{name}: {propagate}"),
                         source,
                     })
+            })
+            .collect()
+    }
+
+    /// `GET /access/permissions` without a path: every path on which this token holds a
+    /// privilege (PVE's defaults, each ACL's path and each pool member's `/vms/<vmid>`), with
+    /// the privileges it effectively holds there. Not part of [`Pve`]: `bosunctl pve check`
+    /// asks, to find reach the token should not have.
+    pub async fn all_permissions(
+        &self,
+    ) -> Result<BTreeMap<String, BTreeMap<String, bool>>, PveError> {
+        let ctx = Ctx::new(Op::Permissions);
+        let by_path: BTreeMap<String, BTreeMap<String, Value>> = self
+            .call(ctx, &["access", "permissions"], &Params::new())
+            .await?;
+        by_path
+            .into_iter()
+            .map(|(path, privileges)| {
+                let privileges = privileges
+                    .iter()
+                    .map(|(name, propagate)| {
+                        crate::decode::value_to_bool::<serde_json::Error>(propagate)
+                            .map(|p| (name.clone(), p))
+                            .map_err(|source| PveError::Decode {
+                                op: Op::Permissions,
+                                vmid: None,
+                                body_excerpt: format!("{path} {name}: {propagate}"),
+                                source,
+                            })
+                    })
+                    .collect::<Result<BTreeMap<_, _>, _>>()?;
+                Ok((path, privileges))
             })
             .collect()
     }

@@ -104,8 +104,8 @@ pub enum PveError {
         /// The server's message or reason phrase.
         message: String,
     },
-    /// The guest stayed locked (`CT is locked (…)` or a config file lock timeout) for longer
-    /// than the retry policy waits.
+    /// The guest stayed locked (`CT is locked (…)`, `VM is locked (…)` or a config file lock
+    /// timeout) for longer than the retry policy waits.
     #[error("{op}{}: guest stayed locked: {message}", guest(*.vmid))]
     Locked {
         /// The operation.
@@ -208,8 +208,9 @@ static PERM_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^Permission check failed \((/[^,\s]*), ([A-Za-z0-9.]+)\)")
         .expect("constant regex is valid")
 });
-static LOCKED_RE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"CT is locked \(([^)]*)\)").expect("constant regex is valid"));
+static LOCKED_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:CT|VM) is locked \(([^)]*)\)").expect("constant regex is valid")
+});
 static FLOCK_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"can't lock file '[^']*' - got timeout").expect("constant regex is valid")
 });

@@ -40,6 +40,9 @@ mod model;
 mod observer;
 mod policy;
 mod property;
+mod qemu;
+mod qemu_model;
+mod qemu_requests;
 mod requests;
 mod role;
 mod setup;
@@ -72,11 +75,25 @@ pub use policy::{Backoff, RetryPolicy};
 pub use property::{
     CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of, net_without_hwaddr,
 };
+pub use qemu::{PveQemu, VmConfig};
+pub use qemu_model::{
+    CloudinitItem, ExecStarted, ExecStatus, FileRead, FreezeStatus, GuestInterface, GuestIpAddress,
+    VmSummary,
+};
+pub use qemu_requests::{
+    AgentExec, AgentFileWrite, EXEC_MAX_ARG_LEN, EXEC_MAX_ARGS, EXEC_MAX_INPUT, FILE_READ_MAX,
+    FILE_WRITE_MAX, GUEST_PATH_MAX, IpConfig, PoolId, VmConfigUpdate, VmNet, VmOptions,
+    VmRestoreRequest,
+};
 pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, NewMountPoint,
     Params, RestoreRequest, StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,
 };
-pub use role::{BOSUN_AGENT_PRIVILEGES, BOSUN_AGENT_ROLE, BOSUN_AGENT_TOKEN_ID, BOSUN_AGENT_USER};
+pub use role::{
+    BOSUN_AGENT_PRIVILEGES, BOSUN_AGENT_ROLE, BOSUN_AGENT_TOKEN_ID, BOSUN_AGENT_USER,
+    BOSUN_GUEST_PRIVILEGES, BOSUN_GUEST_PRIVILEGES_PVE8, BOSUN_GUEST_ROLE, BOSUN_POOL,
+    GUEST_REACH_PRIVILEGES, guest_privileges_for,
+};
 pub use setup::{PveSettings, PveSetupError, client_from_settings};
 pub use startup::StartupOrder;
 pub use tasks::{archive_volid_from_log, find_task, read_log, run_task_waiting_out_locks};

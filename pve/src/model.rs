@@ -207,6 +207,9 @@ pub struct ClusterGuest {
     /// Tags, `;`-separated (the identity the agent wrote is one).
     #[serde(default, deserialize_with = "lenient_opt_string")]
     pub tags: Option<String>,
+    /// The pool the guest is a member of.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub pool: Option<String>,
 }
 
 /// One entry of `GET /cluster/status`: the cluster itself (on a cluster's node only) or one

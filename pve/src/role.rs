@@ -32,3 +32,49 @@ pub const BOSUN_AGENT_PRIVILEGES: &[&str] = &[
     "Sys.Audit",
     "SDN.Use",
 ];
+
+/// The Proxmox pool only Bosun's guests join: the token's reach inside a VM (its guest agent,
+/// its cloud-init identity) is granted on `/pool/bosun` and nowhere else (decision 0113).
+pub const BOSUN_POOL: &str = "bosun";
+
+/// The role granted on `/pool/bosun`, to the user and to the token.
+pub const BOSUN_GUEST_ROLE: &str = "BosunGuest";
+
+/// The `BosunGuest` role on PVE 9: what reaches inside a VM. `Audit` for `ping` and
+/// `network-get-interfaces`, `FileWrite` for a guest's `bootstrap.json`, `Unrestricted` for
+/// `exec` (a restore test's check, a controller restarted in place), which PVE 9 lets through
+/// every other guest-agent call too; `VM.Config.Cloudinit` for the identity cloud-init gives a
+/// VM at its next boot (its SSH keys among it).
+pub const BOSUN_GUEST_PRIVILEGES: &[&str] = &[
+    "VM.Config.Cloudinit",
+    "VM.GuestAgent.Audit",
+    "VM.GuestAgent.FileWrite",
+    "VM.GuestAgent.Unrestricted",
+];
+
+/// The `BosunGuest` role on PVE 8, where one privilege, `VM.Monitor`, guards every guest-agent
+/// call.
+pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] = &["VM.Config.Cloudinit", "VM.Monitor"];
+
+/// Every privilege that reaches inside a VM, on either release: none may hold on `/`, `/vms`
+/// or a VM outside Bosun's pool.
+pub const GUEST_REACH_PRIVILEGES: &[&str] = &[
+    "VM.Config.Cloudinit",
+    "VM.GuestAgent.Audit",
+    "VM.GuestAgent.FileRead",
+    "VM.GuestAgent.FileSystemMgmt",
+    "VM.GuestAgent.FileWrite",
+    "VM.GuestAgent.Unrestricted",
+    "VM.Monitor",
+];
+
+/// The `BosunGuest` privileges for a PVE release (`9.1` → PVE 9's, `8.4` → PVE 8's); `None`
+/// for a release that is not a number.
+pub fn guest_privileges_for(release: &str) -> Option<&'static [&'static str]> {
+    let major: u32 = release.split('.').next()?.trim().parse().ok()?;
+    Some(if major >= 9 {
+        BOSUN_GUEST_PRIVILEGES
+    } else {
+        BOSUN_GUEST_PRIVILEGES_PVE8
+    })
+}

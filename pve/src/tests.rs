@@ -666,3 +666,17 @@ async fn an_observer_hears_of_every_attempt() {
         "{heard:?}"
     );
 }
+
+#[test]
+fn a_vms_lock_is_recognised_like_a_containers() {
+    use crate::parse_lock_message;
+    assert_eq!(
+        parse_lock_message("VM is locked (backup)"),
+        Some(Some("backup".to_owned()))
+    );
+    assert_eq!(
+        parse_lock_message("can't lock file '/var/lock/qemu-server/lock-101.conf' - got timeout"),
+        Some(None)
+    );
+    assert_eq!(parse_lock_message("VM 101 not running"), None);
+}

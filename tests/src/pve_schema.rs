@@ -116,7 +116,14 @@ impl fmt::Display for Violation {
 const GREEDY_PARAMS: &[&str] = &["volume"];
 
 /// Highest index of each indexed parameter family (`net[n]` → 31), from pve-container.
-const INDEXED_MAX: &[(&str, u32)] = &[("net", 31), ("mp", 255), ("dev", 255), ("unused", 255)];
+const INDEXED_MAX: &[(&str, u32)] = &[
+    ("net", 31),
+    ("ipconfig", 31),
+    ("scsi", 30),
+    ("mp", 255),
+    ("dev", 255),
+    ("unused", 255),
+];
 
 /// One loaded PVE API schema.
 #[derive(Debug)]
@@ -247,6 +254,14 @@ impl Schema {
         props.get(format!("{base}[n]"))
     }
 
+    /// Whether a parameter is of `type: array` (a form sends an array as the key repeated).
+    fn is_array(&self, method: &str, template: &str, name: &str) -> bool {
+        self.param_schema(method, template, name)
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+            == Some("array")
+    }
+
     fn violation(
         &self,
         method: &str,
@@ -301,7 +316,7 @@ impl Schema {
                         Some(k),
                         "duplicate parameter (already defined in URI) with conflicting values",
                     ));
-                } else if !m.path_params.contains_key(k) {
+                } else if !m.path_params.contains_key(k) && !self.is_array(method, &m.template, k) {
                     out.push(self.violation(method, path, Some(k), "parameter sent twice"));
                 }
             }

@@ -129,6 +129,7 @@ async fn every_check_passes_and_the_scratch_guest_leaves_nothing_behind() {
             "cluster",
             "least-privilege",
             "privileges",
+            "guest-reach",
             "rootdir-storage",
             "backup-storage",
             "golden",
@@ -233,8 +234,12 @@ async fn a_token_holding_more_than_bosun_needs_is_warned_about() {
         assert_eq!(least.status, Status::Warn, "{text}");
         assert!(least.detail.contains("root@pam token"), "{text}");
         assert!(least.detail.contains("Sys.Modify"), "{text}");
-        // A warning: the check still passes when everything needed is there.
-        assert_eq!(report.exit_code, 0, "{text}");
+        // A warning; but a root token also reaches inside every VM (decision 0113), which
+        // fails the check.
+        let reach = report.check("guest-reach").expect("check");
+        assert_eq!(reach.status, Status::Fail, "{text}");
+        assert!(reach.detail.contains("on /vms"), "{text}");
+        assert_eq!(report.exit_code, 12, "{text}");
         // The agent's own token holds exactly its role.
         let report = check(&f.args()).await;
         let least = report.check("least-privilege").expect("check");
@@ -684,6 +689,7 @@ async fn the_json_report_has_the_documented_shape() {
                 "cluster",
                 "least-privilege",
                 "privileges",
+                "guest-reach",
                 "guest-firewall",
                 "rootdir-storage",
                 "backup-storage",
@@ -806,4 +812,122 @@ async fn an_unusable_token_file_is_an_input_error() {
             .await
             .is_err()
     );
+}
+
+/// A token `bosun@pve!<name>` with the agent's roles, as the doc writes them, and
+/// `BosunGuest` also granted on `path` (to the token and its user).
+fn token_with_guest_reach_on(f: &Fixture, name: &str, path: &str) -> PveCheckArgs {
+    let token = f
+        .sim()
+        .create_token("bosun@pve", name, true)
+        .expect("token");
+    f.sim()
+        .grant("/", &token.id, "BosunAgent", true)
+        .expect("grant");
+    f.sim()
+        .grant("/pool/bosun", &token.id, "BosunGuest", true)
+        .expect("grant");
+    if !path.is_empty() {
+        for subject in ["bosun@pve", token.id.as_str()] {
+            f.sim()
+                .grant(path, subject, "BosunGuest", true)
+                .expect("grant");
+        }
+    }
+    PveCheckArgs {
+        token_file: f.token_file(&format!("{}={}", token.id, token.secret)),
+        ..f.args()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_agent_reach_outside_bosuns_pool_fails_naming_the_path() {
+    bounded(async {
+        let f = fixture(fast_sim()).await;
+        // As the doc sets it up: on the pool only, and pool members are fine.
+        let vm = f.sim().add_vm_golden();
+        let root = &f.sim().endpoint().tokens.root;
+        let root_client = pve_support::client_for(f.sim(), root, RetryPolicy::fast());
+        let mut req = bosun_pve::VmRestoreRequest::new(
+            pve_support::vmid(400),
+            bosun_pve::VolumeId::new(vm).expect("volid"),
+            local_lvm(),
+        );
+        req.pool = Some(bosun_pve::PoolId::new("bosun").expect("pool"));
+        let up = bosun_pve::PveQemu::restore_vm(&root_client, &req)
+            .await
+            .expect("restore");
+        root_client
+            .wait_task(bosun_pve::Op::RestoreVm, &up)
+            .await
+            .expect("restored");
+        let report = check(&f.args()).await;
+        let text = report.render_text();
+        assert_eq!(status_of(&report, "guest-reach"), Status::Ok, "{text}");
+        assert!(
+            report
+                .check("guest-reach")
+                .expect("check")
+                .detail
+                .contains("1 member VMs"),
+            "{text}"
+        );
+
+        for (name, path) in [
+            ("wide-vms", "/vms"),
+            ("wide-root", "/"),
+            ("one-vm", "/vms/777"),
+        ] {
+            let report = check(&token_with_guest_reach_on(&f, name, path)).await;
+            let text = report.render_text();
+            let reach = report.check("guest-reach").expect("check");
+            assert_eq!(reach.status, Status::Fail, "{path}:\n{text}");
+            assert!(
+                reach.detail.contains(&format!("on {path}")),
+                "{path}: the failing path is named:\n{text}"
+            );
+            assert!(
+                reach.detail.contains("VM.GuestAgent.Unrestricted"),
+                "{text}"
+            );
+            assert_eq!(report.exit_code, 12, "{text}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_the_pool_grant_fails_with_the_commands_that_write_it() {
+    bounded(async {
+        let f = fixture(fast_sim()).await;
+        let token = f
+            .sim()
+            .create_token("bosun@pve", "no-pool", true)
+            .expect("token");
+        f.sim()
+            .grant("/", &token.id, "BosunAgent", true)
+            .expect("grant");
+        let args = PveCheckArgs {
+            token_file: f.token_file(&format!("{}={}", token.id, token.secret)),
+            ..f.args()
+        };
+        let report = check(&args).await;
+        let text = report.render_text();
+        let reach = report.check("guest-reach").expect("check");
+        assert_eq!(reach.status, Status::Fail, "{text}");
+        assert!(reach.detail.contains("on /pool/bosun"), "{text}");
+        for fix in [
+            "pveum pool add bosun",
+            "pveum role add BosunGuest --privs \"VM.Config.Cloudinit,VM.GuestAgent.Audit,VM.GuestAgent.FileWrite,VM.GuestAgent.Unrestricted\"",
+            "pveum acl modify /pool/bosun --tokens 'bosun@pve!no-pool' --roles BosunGuest --propagate 1",
+        ] {
+            assert!(
+                reach.fix.iter().any(|l| l.starts_with(fix)),
+                "{fix}:\n{text}"
+            );
+        }
+        // Container checks are untouched by it.
+        assert_eq!(status_of(&report, "privileges"), Status::Ok, "{text}");
+    })
+    .await;
 }

@@ -342,6 +342,8 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         "PVE's words for an unknown storage: {again}"
     );
 
+    pve_support::qemu_exercise::exercise_qemu(&rig).await;
+
     let log = rig.sim.requests();
     rig.sim.shutdown().await;
     log

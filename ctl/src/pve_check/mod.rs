@@ -15,6 +15,10 @@
 //!    `/sdn/zones/localnetwork` holds every privilege of the `BosunAgent` role
 //!    ([`bosun_pve::BOSUN_AGENT_PRIVILEGES`]), propagated where the agent needs it
 //!    below; each missing one is named with the `pveum` command that grants it.
+//!    Then `guest-reach` (decision 0113): what reaches inside a VM (`VM.GuestAgent.*` on PVE 9,
+//!    `VM.Monitor` on PVE 8, and `VM.Config.Cloudinit`) is held on `/pool/bosun` and on no
+//!    other path the token can list (`/`, `/vms`, a VM outside the pool): a failure
+//!    otherwise, naming the path; more than the `BosunGuest` role on the pool is a warning.
 //! 6. `guest-firewall`: the token holds `VM.Config.Network` and `VM.Audit` on `/vms`, which the
 //!    agent needs to turn each new guest's firewall and `ipfilter` on (a failure otherwise);
 //!    a warning when the datacenter firewall is off (`GET /cluster/firewall/options`, which
@@ -40,6 +44,7 @@
 
 mod checks;
 mod firewall;
+mod guest_reach;
 pub mod report;
 mod scratch;
 pub mod tunnel;
@@ -79,8 +84,8 @@ Exit codes (as every bosunctl command's):
 With --json the report is one object:
   {\"format\":2, \"url\":…, \"node\":…, \"token_id\":…, \"passed\":true|false, \"exit_code\":N,
    \"checks\":[{\"name\":…, \"status\":\"ok\"|\"warn\"|\"fail\"|\"skip\", \"detail\":…, \"fix\":[…]}]}
-Check names: connect, version, node, least-privilege, privileges, guest-firewall, rootdir-storage,
-backup-storage, tunnel, golden, scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
+Check names: connect, version, node, least-privilege, privileges, guest-reach, guest-firewall,
+rootdir-storage, backup-storage, tunnel, golden, scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
 
 /// `bosunctl pve …`.
 #[derive(Debug, Subcommand)]
@@ -345,6 +350,7 @@ pub async fn check(
         .checks
         .push(checks::cluster(&client, &plan.config.token_id).await);
     let privileges_ok = checks::privileges(&client, &plan, &mut report).await;
+    guest_reach::check(&client, &plan, &version.release, &mut report).await;
     firewall::guest_firewall(&client, &plan, &mut report).await;
     let storages = checks::storages(&client, &plan, &mut report).await;
     report.checks.push(tunnel::check(&args.cloudflared).await);

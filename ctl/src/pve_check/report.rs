@@ -39,7 +39,8 @@ impl Status {
 /// One check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
-    /// A stable name: `connect`, `version`, `node`, `cluster`, `privileges`, `rootdir-storage`,
+    /// A stable name: `connect`, `version`, `node`, `cluster`, `privileges`, `guest-reach`,
+    /// `rootdir-storage`,
     /// `backup-storage`, `golden`, `scratch-restore`, `scratch-start`, `scratch-snapshot`,
     /// `scratch-backup`, `scratch-cleanup`.
     pub name: &'static str,

@@ -188,6 +188,12 @@ pub(crate) fn permissions(ctx: &Ctx) -> HandlerResult {
             ] {
                 paths.insert(p.to_owned());
             }
+            // Paths pools reference: their member VMs (`get_effective_permissions`).
+            for vmid in st.vms.keys() {
+                if st.access.pool_of(*vmid).is_some() {
+                    paths.insert(format!("/vms/{vmid}"));
+                }
+            }
             paths.into_iter().collect()
         }
     };

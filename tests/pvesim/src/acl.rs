@@ -44,6 +44,11 @@ pub const ALL_PRIVILEGES: &[&str] = &[
     "VM.Config.Network",
     "VM.Config.Options",
     "VM.Console",
+    "VM.GuestAgent.Audit",
+    "VM.GuestAgent.FileRead",
+    "VM.GuestAgent.FileSystemMgmt",
+    "VM.GuestAgent.FileWrite",
+    "VM.GuestAgent.Unrestricted",
     "VM.Migrate",
     "VM.PowerMgmt",
     "VM.Replicate",
@@ -70,6 +75,31 @@ pub const BOSUN_AGENT_PRIVILEGES: &[&str] = &[
     "Sys.Audit",
     "SDN.Use",
 ];
+
+/// The pool only Bosun's guests join; the `BosunGuest` role is granted on it (decision 0113).
+pub const BOSUN_POOL: &str = "bosun";
+
+/// The privileges of the `BosunGuest` role (PVE 9 names): what reaches inside a VM.
+pub const BOSUN_GUEST_PRIVILEGES: &[&str] = &[
+    "VM.Config.Cloudinit",
+    "VM.GuestAgent.Audit",
+    "VM.GuestAgent.FileWrite",
+    "VM.GuestAgent.Unrestricted",
+];
+
+/// The `BosunGuest` role on PVE 8, where `VM.Monitor` guards every guest-agent call.
+pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] = &["VM.Config.Cloudinit", "VM.Monitor"];
+
+/// Every privilege name of a release: PVE 9's list, or PVE 8's (`VM.Monitor` instead of
+/// `VM.GuestAgent.*`).
+pub(crate) fn privileges_of(pve8: bool) -> BTreeSet<String> {
+    ALL_PRIVILEGES
+        .iter()
+        .filter(|p| !(pve8 && p.starts_with("VM.GuestAgent.")))
+        .map(|p| (*p).to_owned())
+        .chain(pve8.then(|| "VM.Monitor".to_owned()))
+        .collect()
+}
 
 /// Effective privileges on one path: privilege name → propagate flag.
 pub type PrivSet = BTreeMap<String, bool>;
@@ -122,17 +152,39 @@ pub(crate) struct AccessControl {
     users: BTreeSet<String>,
     tokens: BTreeMap<String, Token>,
     acl: Vec<AclEntry>,
+    /// Pools and the VMs that are their members (`user.cfg`'s `pool:` lines).
+    pools: BTreeMap<String, BTreeSet<u32>>,
+    /// The privilege names the release knows.
+    known: BTreeSet<String>,
 }
 
 impl AccessControl {
     /// The built-in roles used here plus `BosunAgent`, users `root@pam` and `bosun@pve`.
+    #[cfg(test)]
     pub(crate) fn with_builtin() -> Self {
-        let mut ac = Self::default();
-        let all: BTreeSet<String> = ALL_PRIVILEGES.iter().map(|p| (*p).to_owned()).collect();
+        Self::for_release(false)
+    }
+
+    /// The built-in roles of PVE 9 (`pve8 = false`) or PVE 8, with `BosunGuest` in that
+    /// release's names.
+    pub(crate) fn for_release(pve8: bool) -> Self {
+        let mut ac = Self {
+            known: privileges_of(pve8),
+            ..Self::default()
+        };
+        let all = ac.known.clone();
         ac.roles.insert("Administrator".to_owned(), all);
         ac.roles.insert("NoAccess".to_owned(), BTreeSet::new());
         for (name, privs) in [
             ("BosunAgent", BOSUN_AGENT_PRIVILEGES),
+            (
+                "BosunGuest",
+                if pve8 {
+                    BOSUN_GUEST_PRIVILEGES_PVE8
+                } else {
+                    BOSUN_GUEST_PRIVILEGES
+                },
+            ),
             (
                 "PVEAuditor",
                 &["VM.Audit", "Datastore.Audit", "Sys.Audit", "SDN.Audit"][..],
@@ -159,7 +211,7 @@ impl AccessControl {
     pub(crate) fn add_role(&mut self, name: &str, privileges: &[&str]) -> Result<(), AclError> {
         let mut set = BTreeSet::new();
         for p in privileges {
-            if !ALL_PRIVILEGES.contains(p) {
+            if !self.known.contains(*p) {
                 return Err(AclError::UnknownPrivilege {
                     privilege: (*p).to_owned(),
                 });
@@ -265,6 +317,47 @@ impl AccessControl {
         self.privileges(authid, path).contains_key(privilege)
     }
 
+    /// Creates an empty pool (nothing if it exists).
+    pub(crate) fn add_pool(&mut self, pool: &str) {
+        self.pools.entry(pool.to_owned()).or_default();
+    }
+
+    /// Whether `pool` exists.
+    pub(crate) fn pool_exists(&self, pool: &str) -> bool {
+        self.pools.contains_key(pool)
+    }
+
+    /// Makes VM `vmid` a member of `pool` (leaving any other pool: a guest is in one pool at
+    /// most). `false` when the pool does not exist.
+    pub(crate) fn add_vm_to_pool(&mut self, vmid: u32, pool: &str) -> bool {
+        if !self.pools.contains_key(pool) {
+            return false;
+        }
+        self.remove_vm_from_pools(vmid);
+        self.pools.entry(pool.to_owned()).or_default().insert(vmid);
+        true
+    }
+
+    /// Removes VM `vmid` from its pool (PVE does so when the VM is destroyed).
+    pub(crate) fn remove_vm_from_pools(&mut self, vmid: u32) {
+        for members in self.pools.values_mut() {
+            members.remove(&vmid);
+        }
+    }
+
+    /// The pool VM `vmid` is a member of.
+    pub(crate) fn pool_of(&self, vmid: u32) -> Option<&str> {
+        self.pools
+            .iter()
+            .find(|(_, m)| m.contains(&vmid))
+            .map(|(p, _)| p.as_str())
+    }
+
+    /// The members of `pool`.
+    pub(crate) fn pool_members(&self, pool: &str) -> BTreeSet<u32> {
+        self.pools.get(pool).cloned().unwrap_or_default()
+    }
+
     /// Every path that has an ACL entry (for anyone).
     pub(crate) fn acl_paths(&self) -> BTreeSet<String> {
         self.acl.iter().map(|e| e.path.clone()).collect()
@@ -272,10 +365,7 @@ impl AccessControl {
 
     fn subject_privileges(&self, subject: &str, path: &str) -> PrivSet {
         if subject == "root@pam" {
-            return ALL_PRIVILEGES
-                .iter()
-                .map(|p| ((*p).to_owned(), true))
-                .collect();
+            return self.known.iter().map(|p| (p.clone(), true)).collect();
         }
         // Walk from "/" down to `path`; a level naming the subject replaces what was inherited.
         let mut roles: BTreeMap<String, bool> = BTreeMap::new();
@@ -292,6 +382,7 @@ impl AccessControl {
                 roles = here.iter().map(|e| (e.role.clone(), e.propagate)).collect();
             }
         }
+        self.merge_pool_roles(subject, path, &mut roles);
         if roles.contains_key("NoAccess") {
             return PrivSet::new();
         }
@@ -303,6 +394,49 @@ impl AccessControl {
             }
         }
         privs
+    }
+}
+
+impl AccessControl {
+    /// PVE's pool inheritance (`PVE::RPCEnvironment`'s ACL compile): a member VM's path
+    /// `/vms/<vmid>` gets the roles the subject holds on `/pool/<pool>`, never propagated and
+    /// only where its own ACLs did not already set the role; a `NoAccess` on the path is not
+    /// trumped, and a pool's `NoAccess` trumps the path's other roles.
+    fn merge_pool_roles(&self, subject: &str, path: &str, roles: &mut BTreeMap<String, bool>) {
+        let Some(vmid) = path
+            .strip_prefix("/vms/")
+            .and_then(|v| v.parse::<u32>().ok())
+        else {
+            return;
+        };
+        let Some(pool) = self.pool_of(vmid) else {
+            return;
+        };
+        if roles.contains_key("NoAccess") {
+            return;
+        }
+        let pool_path = format!("/pool/{pool}");
+        let mut pool_roles: BTreeMap<String, bool> = BTreeMap::new();
+        let levels = path_levels(&pool_path);
+        let last = levels.len().saturating_sub(1);
+        for (i, level) in levels.iter().enumerate() {
+            let here: Vec<&AclEntry> = self
+                .acl
+                .iter()
+                .filter(|e| e.subject == subject && &e.path == level)
+                .filter(|e| i == last || e.propagate)
+                .collect();
+            if !here.is_empty() {
+                pool_roles = here.iter().map(|e| (e.role.clone(), e.propagate)).collect();
+            }
+        }
+        if pool_roles.contains_key("NoAccess") {
+            *roles = BTreeMap::from([("NoAccess".to_owned(), false)]);
+            return;
+        }
+        for role in pool_roles.into_keys() {
+            roles.entry(role).or_insert(false);
+        }
     }
 }
 

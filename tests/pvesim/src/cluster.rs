@@ -158,6 +158,28 @@ pub(crate) fn resources(ctx: &Ctx) -> HandlerResult {
             }
             items.push(item);
         }
+        for (vmid, vm) in &st.vms {
+            if !st
+                .access
+                .has(&ctx.authid, &format!("/vms/{vmid}"), "VM.Audit")
+            {
+                continue;
+            }
+            let mut item = crate::qemu::summary(*vmid, vm);
+            if let Some(obj) = item.as_object_mut() {
+                obj.insert("id".into(), json!(format!("qemu/{vmid}")));
+                obj.insert("type".into(), json!("qemu"));
+                obj.insert("node".into(), json!(node));
+                obj.insert(
+                    "template".into(),
+                    json!(u8::from(vm.conf.get("template").is_some_and(|t| t == "1"))),
+                );
+                if let Some(pool) = st.access.pool_of(*vmid) {
+                    obj.insert("pool".into(), json!(pool));
+                }
+            }
+            items.push(item);
+        }
     }
     if want("storage") {
         for (sid, storage) in &st.storages {

@@ -67,6 +67,12 @@ impl PveVersion {
         }
     }
 
+    /// Whether this is PVE 8, where `VM.Monitor` guards the guest agent (PVE 9:
+    /// `VM.GuestAgent.*`).
+    pub(crate) fn is_pve8(self) -> bool {
+        matches!(self, Self::V8_2 | Self::V8_4)
+    }
+
     /// Whether error bodies leave out `message` (the text is only in the reason phrase).
     pub(crate) fn message_only_in_reason(self) -> bool {
         self == Self::V8_2

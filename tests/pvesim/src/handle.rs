@@ -59,7 +59,7 @@ impl Simulator {
         let tls_config = RustlsConfig::from_config(cert.server_config()?);
         let secrets = seed::Secrets::load_or_create(config.data_dir.as_deref())?;
         let (mut state, tokens, golden_volid) =
-            seed::initial_state(config.faults.clone(), &secrets)?;
+            seed::initial_state(config.faults.clone(), &secrets, config.pve_version)?;
         if let Some(dir) = &config.data_dir {
             seed::write_golden_file(dir, &golden_volid)?;
         }

@@ -63,6 +63,12 @@ mod network;
 mod node_load;
 mod pbs_verify;
 mod pct;
+mod qemu;
+mod qemu_agent;
+mod qemu_handle;
+mod qemu_restore;
+mod qemu_routes;
+mod qemu_snapshot;
 mod remote_store;
 mod remotes;
 mod request;
@@ -84,7 +90,9 @@ mod vzdump;
 
 use serde::{Deserialize, Serialize};
 
-pub use acl::{ALL_PRIVILEGES, AclError, BOSUN_AGENT_PRIVILEGES};
+pub use acl::{
+    ALL_PRIVILEGES, AclError, BOSUN_AGENT_PRIVILEGES, BOSUN_GUEST_PRIVILEGES, BOSUN_POOL,
+};
 pub use cli::{CliFault, CliOutput};
 pub use config::{EndpointFault, FaultConfig, PveVersion, SimConfig, StaleLock, TaskDurations};
 pub use damage::{ArchiveDamage, damage_archive_remote};

@@ -70,6 +70,8 @@ pub(crate) enum Handler {
     DiskLvmthin,
     DiskZfs,
     NetworkList,
+    /// A QEMU route (`crate::qemu_routes`).
+    Qemu(crate::qemu_routes::QemuHandler),
 }
 
 /// One served endpoint.
@@ -103,11 +105,11 @@ impl RouteSpec {
     }
 }
 
-const NODE: ParamSpec = req("node", ParamKind::Node);
-const VMID: ParamSpec = req("vmid", ParamKind::VmId);
+pub(crate) const NODE: ParamSpec = req("node", ParamKind::Node);
+pub(crate) const VMID: ParamSpec = req("vmid", ParamKind::VmId);
 const STORAGE: ParamSpec = req("storage", ParamKind::StorageId);
-const SNAPNAME: ParamSpec = req("snapname", ParamKind::ConfigId { max_len: 40 });
-const DIGEST: ParamSpec = opt(
+pub(crate) const SNAPNAME: ParamSpec = req("snapname", ParamKind::ConfigId { max_len: 40 });
+pub(crate) const DIGEST: ParamSpec = opt(
     "digest",
     ParamKind::Str {
         max_len: Some(40),
@@ -115,7 +117,7 @@ const DIGEST: ParamSpec = opt(
     },
 );
 
-const fn route(
+pub(crate) const fn route(
     method: &'static str,
     path: &'static str,
     params: &'static [ParamSpec],
@@ -132,7 +134,7 @@ const fn route(
     }
 }
 
-const fn vm(privs: &'static [&'static str], any: bool) -> Perm {
+pub(crate) const fn vm(privs: &'static [&'static str], any: bool) -> Perm {
     Perm::Check {
         path: "/vms/{vmid}",
         privs,
@@ -863,8 +865,17 @@ static ROUTES: &[RouteSpec] = &[
 
 /// The catalogue of every endpoint the simulator serves.
 pub fn routes() -> &'static [RouteSpec] {
-    ROUTES
+    &ALL_ROUTES
 }
+
+/// The container and node routes, then the QEMU ones.
+static ALL_ROUTES: std::sync::LazyLock<Vec<RouteSpec>> = std::sync::LazyLock::new(|| {
+    ROUTES
+        .iter()
+        .chain(crate::qemu_routes::QEMU_ROUTES)
+        .copied()
+        .collect()
+});
 
 /// A matched route with its path parameters.
 #[derive(Debug)]
@@ -876,7 +887,7 @@ pub(crate) struct Matched {
 /// Finds the route for a method and a path below `/api2/json` (already percent-decoded per
 /// segment). `{volume}` takes the rest of the path, as PVE's content route does.
 pub(crate) fn lookup(method: &str, segments: &[String]) -> Option<Matched> {
-    ROUTES
+    routes()
         .iter()
         .filter(|r| r.method == method)
         .find_map(|r| match_template(r, segments))

@@ -55,6 +55,9 @@ pub enum ParamKind {
     PropString(&'static PropSpec),
     /// `pve-startup-order`: `[[order=]\d+] [,up=\d+] [,down=\d+]`.
     StartupOrder,
+    /// `type: array` of strings (a repeated key, or one value for a one-item array); the
+    /// normalised form is the JSON array.
+    StrArray,
 }
 
 /// Keys of a property string (`features`, `net[n]`, `rootfs`, …).
@@ -118,7 +121,8 @@ impl ParamSpec {
 
 fn max_index(prefix: &str) -> u32 {
     match prefix {
-        "net" => 31,
+        "net" | "ipconfig" => 31,
+        "scsi" => 30,
         _ => 255,
     }
 }
@@ -306,6 +310,14 @@ impl RawValue {
 /// Validates one value and returns its normalised string form (booleans as `0`/`1`),
 /// or the validator's message (ending in a newline as PVE's do).
 pub(crate) fn check_value(kind: &ParamKind, raw: &RawValue) -> Result<String, String> {
+    if let ParamKind::StrArray = kind {
+        let items: Vec<String> = match raw {
+            RawValue::Many(items) => items.clone(),
+            RawValue::One(s) => vec![s.clone()],
+            RawValue::JsonBool(b) => vec![u8::from(*b).to_string()],
+        };
+        return Ok(serde_json::Value::from(items).to_string());
+    }
     let value = match (kind, raw) {
         (ParamKind::Bool, RawValue::JsonBool(b)) => return Ok(u8::from(*b).to_string()),
         (_, RawValue::JsonBool(b)) => u8::from(*b).to_string(),
@@ -458,6 +470,8 @@ fn check_str(kind: &ParamKind, v: &str) -> Result<Option<String>, String> {
                 Err(bad_format("unable to parse startup options"))
             }
         }
+        // Handled whole in `check_value`.
+        ParamKind::StrArray => Ok(None),
     }
 }
 

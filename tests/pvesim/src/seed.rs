@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::acl::AccessControl;
+use crate::acl::{AccessControl, BOSUN_POOL};
 use crate::config::FaultConfig;
 use crate::files::{FileTree, debian_template};
 use crate::guest_exec;
@@ -101,8 +101,9 @@ impl Secrets {
 pub(crate) fn initial_state(
     faults: FaultConfig,
     secrets: &Secrets,
+    version: crate::config::PveVersion,
 ) -> Result<(NodeState, Tokens, String), SimError> {
-    let mut access = AccessControl::with_builtin();
+    let mut access = AccessControl::for_release(version.is_pve8());
     let agent_secret = secrets.agent.clone();
     let root_secret = secrets.root.clone();
     let cfg_err = |e: crate::AclError| SimError::Config {
@@ -117,6 +118,13 @@ pub(crate) fn initial_state(
     access
         .grant("/", &agent_id, "BosunAgent", true)
         .map_err(cfg_err)?;
+    // Bosun's pool and the guest-agent reach on it only (decision 0113).
+    access.add_pool(BOSUN_POOL);
+    for subject in ["bosun@pve", agent_id.as_str()] {
+        access
+            .grant(&format!("/pool/{BOSUN_POOL}"), subject, "BosunGuest", true)
+            .map_err(cfg_err)?;
+    }
     let root_id = access
         .add_token("root@pam", "bosun-sim", &root_secret, false)
         .map_err(cfg_err)?;
@@ -196,6 +204,7 @@ pub(crate) fn initial_state(
     let state = NodeState {
         access,
         guests: BTreeMap::new(),
+        vms: BTreeMap::new(),
         storages,
         tasks: Vec::new(),
         faults,

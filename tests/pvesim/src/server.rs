@@ -438,6 +438,15 @@ fn check_perm(shared: &Shared, authid: &str, matched: &Matched) -> Result<(), Ap
     let Perm::Check { path, privs, any } = matched.spec.perm else {
         return Ok(());
     };
+    // PVE 8 has one privilege for the whole guest agent.
+    let (privs, any) = if shared.config.pve_version.is_pve8()
+        && path == "/vms/{vmid}"
+        && matched.spec.path.contains("/agent/")
+    {
+        (&["VM.Monitor"][..], false)
+    } else {
+        (privs, any)
+    };
     let mut acl_path = path.to_owned();
     for (name, value) in &matched.path_params {
         acl_path = acl_path.replace(&format!("{{{name}}}"), value);
@@ -573,6 +582,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::DiskLvmthin => crate::hardware::lvmthin(ctx),
         Handler::DiskZfs => crate::hardware::zfs(ctx),
         Handler::NetworkList => crate::network::list(ctx),
+        Handler::Qemu(h) => crate::qemu_routes::dispatch(h, ctx).await,
     }
 }
 

@@ -358,6 +358,8 @@ impl Storage {
 pub(crate) struct NodeState {
     pub(crate) access: AccessControl,
     pub(crate) guests: BTreeMap<u32, Guest>,
+    /// The node's QEMU guests (`crate::qemu`).
+    pub(crate) vms: BTreeMap<u32, crate::qemu::Vm>,
     pub(crate) storages: BTreeMap<String, Storage>,
     pub(crate) tasks: Vec<Task>,
     pub(crate) faults: FaultConfig,
@@ -390,7 +392,9 @@ impl NodeState {
 
     /// Whether `vmid` is taken anywhere in the cluster.
     pub(crate) fn vmid_taken(&self, vmid: u32) -> bool {
-        self.guests.contains_key(&vmid) || self.peer_holding(vmid).is_some()
+        self.guests.contains_key(&vmid)
+            || self.vms.contains_key(&vmid)
+            || self.peer_holding(vmid).is_some()
     }
 
     pub(crate) fn storage_of(&self, volid: &str) -> Option<(&str, &Storage)> {
@@ -544,10 +548,34 @@ impl Shared {
         vmid: u32,
         wait: Duration,
     ) -> Result<OwnedMutexGuard<()>, String> {
+        self.flock_file(vmid, wait, &format!("/run/lock/lxc/pve-config-{vmid}.lock"))
+            .await
+    }
+
+    /// Takes a VM's config file lock (`/var/lock/qemu-server/lock-<vmid>.conf`): the same
+    /// per-guest lock (a vmid is a CT or a VM, never both), with qemu-server's file name.
+    pub(crate) async fn flock_qemu(
+        &self,
+        vmid: u32,
+        wait: Duration,
+    ) -> Result<OwnedMutexGuard<()>, String> {
+        self.flock_file(
+            vmid,
+            wait,
+            &format!("/var/lock/qemu-server/lock-{vmid}.conf"),
+        )
+        .await
+    }
+
+    async fn flock_file(
+        &self,
+        vmid: u32,
+        wait: Duration,
+        file: &str,
+    ) -> Result<OwnedMutexGuard<()>, String> {
         let mutex = self.flocks.lock().entry(vmid).or_default().clone();
         let scaled = self.config.scaled(wait);
-        let timeout =
-            format!("can't lock file '/run/lock/lxc/pve-config-{vmid}.lock' - got timeout");
+        let timeout = format!("can't lock file '{file}' - got timeout");
         if scaled.is_zero() {
             return mutex.try_lock_owned().map_err(|_| timeout);
         }

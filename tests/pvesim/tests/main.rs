@@ -18,6 +18,7 @@ mod lxc;
 mod node_load;
 mod pct_admin;
 mod pct_tar;
+mod qemu;
 mod remote_storage;
 mod remote_store;
 mod restore;

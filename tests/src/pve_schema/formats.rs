@@ -266,6 +266,35 @@ impl Formats {
                 format!("{v} contains illegal character sequences ('.' or '..' as a path part)"),
             ),
             "mac-addr" => ok_if(MAC.is_match(v), format!("invalid MAC address '{v}'")),
+            // PVE 8.4 gives `agent/exec`'s `command` items `format: string` (9.1: `type:
+            // string`); any text passes.
+            "string" => Ok(()),
+            // `pve_verify_bridge_id`.
+            "pve-bridge-id" => ok_if(
+                !v.is_empty()
+                    && v.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
+                format!("invalid bridge ID '{v}'"),
+            ),
+            // `verify_poolname`: up to three levels of `[A-Za-z0-9.-_]+` joined by `/`.
+            "pve-poolid" => {
+                let part = |p: &str| {
+                    !p.is_empty()
+                        && p.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+                };
+                let parts: Vec<&str> = v.split('/').collect();
+                ok_if(
+                    parts.len() <= 3 && parts.iter().all(|p| part(p)),
+                    format!("invalid pool ID '{v}'"),
+                )
+            }
+            // `pve_verify_urlencoded`.
+            "urlencoded" => ok_if(
+                v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-%_.!~*'()".contains(c)),
+                format!("invalid urlencoded string: {v}"),
+            ),
             "pve-ipv4-config" => match v {
                 "dhcp" | "manual" => Ok(()),
                 _ => check_cidr::<Ipv4Addr>(v, 32, "IPv4"),

@@ -1,6 +1,8 @@
 //! Shared setup for the PVE client tests: a simulator on loopback and clients for its tokens.
 #![allow(dead_code)]
 
+pub mod qemu_exercise;
+
 use std::time::Duration;
 
 use bosun_pve::{

@@ -1,0 +1,124 @@
+//! The QEMU requests' bounds and forms.
+
+use super::*;
+
+#[test]
+fn file_write_is_bounded_and_base64_with_encode_off() {
+    let op = Op::AgentFileWrite;
+    let w = AgentFileWrite {
+        path: "/etc/bosun/bootstrap.json".into(),
+        content: b"{\"a\":1}\n".to_vec(),
+    };
+    let p = w.params(op).expect("fits");
+    assert!(p.contains(&("encode".into(), "0".into())), "{p:?}");
+    assert!(
+        p.contains(&("content".into(), "eyJhIjoxfQo=".into())),
+        "{p:?}"
+    );
+    let big = AgentFileWrite {
+        path: "/x".into(),
+        content: vec![0; FILE_WRITE_MAX + 1],
+    };
+    assert!(big.params(op).is_err());
+    let exact = AgentFileWrite {
+        path: "/x".into(),
+        content: vec![0; FILE_WRITE_MAX],
+    };
+    let p = exact.params(op).expect("the maximum fits");
+    assert_eq!(p[1].1.len(), 61_440, "base64 of the maximum is PVE's limit");
+    let relative = AgentFileWrite {
+        path: "etc/passwd".into(),
+        content: Vec::new(),
+    };
+    assert!(relative.params(op).is_err());
+}
+
+#[test]
+fn exec_sends_the_argv_as_a_repeated_array_and_refuses_what_is_unbounded() {
+    let op = Op::AgentExec;
+    let e = AgentExec {
+        argv: vec!["/usr/lib/bosun/check".into(), "--quick".into()],
+        input: None,
+    };
+    let p = e.params(op).expect("fits");
+    assert_eq!(
+        p,
+        vec![
+            ("command".to_owned(), "/usr/lib/bosun/check".to_owned()),
+            ("command".to_owned(), "--quick".to_owned())
+        ]
+    );
+    for bad in [
+        AgentExec {
+            argv: vec![],
+            input: None,
+        },
+        AgentExec {
+            argv: vec!["sh".into()],
+            input: None,
+        },
+        AgentExec {
+            argv: vec!["/bin/true".into(); EXEC_MAX_ARGS + 1],
+            input: None,
+        },
+        AgentExec {
+            argv: vec!["/bin/cat".into()],
+            input: Some("x".repeat(EXEC_MAX_INPUT + 1)),
+        },
+    ] {
+        assert!(bad.params(op).is_err(), "{:?}", bad.argv.first());
+    }
+}
+
+#[test]
+fn file_read_names_an_absolute_path_only() {
+    let op = Op::AgentFileRead;
+    assert_eq!(
+        file_read_params(op, "/etc/hostname").expect("valid"),
+        vec![("file".to_owned(), "/etc/hostname".to_owned())]
+    );
+    assert!(file_read_params(op, "etc/hostname").is_err());
+    assert!(file_read_params(op, "/etc/\0").is_err());
+}
+
+#[test]
+fn cloud_init_identity_is_sent_in_pves_forms() {
+    let mut o = VmOptions {
+        ciuser: Some("bosun".into()),
+        sshkeys: vec!["ssh-ed25519 AAAAC3Nza key@host".into()],
+        ..VmOptions::default()
+    };
+    o.ipconfig.insert(
+        0,
+        IpConfig::Static {
+            address: Ipv4Addr::new(10, 0, 0, 5),
+            prefix: 24,
+            gateway: Some(Ipv4Addr::new(10, 0, 0, 1)),
+        },
+    );
+    let mut net = VmNet::new("vmbr0");
+    net.firewall = Some(true);
+    o.net.insert(0, net);
+    let mut p = Params::new();
+    o.push_params(Op::RestoreVm, &mut p).expect("valid");
+    assert!(p.contains(&("ipconfig0".into(), "ip=10.0.0.5/24,gw=10.0.0.1".into())));
+    assert!(p.contains(&(
+        "sshkeys".into(),
+        "ssh-ed25519%20AAAAC3Nza%20key%40host".into()
+    )));
+    assert!(p.contains(&("net0".into(), "virtio,bridge=vmbr0,firewall=1".into())));
+    let two_lines = VmOptions {
+        sshkeys: vec!["ssh-ed25519 A\nssh-rsa B".into()],
+        ..VmOptions::default()
+    };
+    assert!(two_lines.push_params(Op::RestoreVm, &mut p).is_err());
+}
+
+#[test]
+fn pool_ids_and_macs_are_checked() {
+    assert!(PoolId::new("bosun").is_ok());
+    assert!(PoolId::new("bo/sun").is_err());
+    assert!(PoolId::new("").is_err());
+    assert!(check_mac("BC:24:11:00:00:01").is_ok());
+    assert!(check_mac("01:24:11:00:00:01").is_err(), "multicast");
+}

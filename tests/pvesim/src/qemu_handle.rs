@@ -1,0 +1,94 @@
+//! What tests do to the simulated node's QEMU guests and pools outside the API: seed the VM
+//! golden archive, stop a guest's agent, read a VM's files, put a VM in a pool (an operator's
+//! `pveum pool modify`).
+
+use std::collections::BTreeSet;
+
+use crate::files::GuestFile;
+use crate::handle::SimHandle;
+use crate::qemu_restore::{golden_vm_conf, golden_vm_files, golden_vm_volume};
+
+impl SimHandle {
+    /// Adds the VM golden archive (a vzdump-qemu `vma.zst` of a cloud image with cloud-init
+    /// and the QEMU guest agent, `agent: 1`) to storage `local`; gives its volid.
+    pub fn add_vm_golden(&self) -> String {
+        let now = jiff::Timestamp::from_second(self.shared.clock.epoch())
+            .unwrap_or_else(|_| jiff::Timestamp::now())
+            .to_zoned(jiff::tz::TimeZone::UTC);
+        let volume = golden_vm_volume(&now, golden_vm_conf(), golden_vm_files());
+        let volid = volume.volid.clone();
+        self.shared.state.lock().push_volume(volume);
+        volid
+    }
+
+    /// Adds a vzdump-qemu archive whose image has no guest agent (`agent` unset, no
+    /// `qemu-ga`): what a VM Bosun did not build may be restored from.
+    pub fn add_vm_archive_without_agent(&self) -> String {
+        let now = jiff::Timestamp::from_second(self.shared.clock.epoch() + 1)
+            .unwrap_or_else(|_| jiff::Timestamp::now())
+            .to_zoned(jiff::tz::TimeZone::UTC);
+        let mut conf = golden_vm_conf();
+        conf.remove("agent");
+        let mut files = golden_vm_files();
+        let _ = files.remove_file(crate::qemu::QGA_BIN);
+        let volume = golden_vm_volume(&now, conf, files);
+        let volid = volume.volid.clone();
+        self.shared.state.lock().push_volume(volume);
+        volid
+    }
+
+    /// Starts or stops the guest agent's service inside VM `vmid` (it answers only while the
+    /// VM runs); `false` for an unknown VM.
+    pub fn set_vm_agent(&self, vmid: u32, running: bool) -> bool {
+        match self.shared.state.lock().vms.get_mut(&vmid) {
+            Some(vm) => {
+                vm.agent_stopped = !running;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One path of VM `vmid`'s filesystem.
+    pub fn vm_file(&self, vmid: u32, path: &str) -> Option<GuestFile> {
+        self.shared
+            .state
+            .lock()
+            .vms
+            .get(&vmid)?
+            .files
+            .describe(path)
+    }
+
+    /// VM `vmid`'s config (no digest).
+    pub fn vm_config(&self, vmid: u32) -> Option<std::collections::BTreeMap<String, String>> {
+        Some(self.shared.state.lock().vms.get(&vmid)?.conf.clone())
+    }
+
+    /// Whether VM `vmid` runs.
+    pub fn vm_running(&self, vmid: u32) -> Option<bool> {
+        Some(self.shared.state.lock().vms.get(&vmid)?.running())
+    }
+
+    /// Whether VM `vmid`'s filesystems are frozen.
+    pub fn vm_frozen(&self, vmid: u32) -> Option<bool> {
+        Some(self.shared.state.lock().vms.get(&vmid)?.frozen)
+    }
+
+    /// Creates pool `pool` (nothing when it exists).
+    pub fn add_pool(&self, pool: &str) {
+        self.shared.state.lock().access.add_pool(pool);
+    }
+
+    /// Puts VM `vmid` in `pool`, as root's `pveum pool modify <pool> --vms <vmid>`; `false`
+    /// when the pool or the VM does not exist.
+    pub fn add_vm_to_pool(&self, vmid: u32, pool: &str) -> bool {
+        let mut st = self.shared.state.lock();
+        st.vms.contains_key(&vmid) && st.access.add_vm_to_pool(vmid, pool)
+    }
+
+    /// The VMs in `pool`.
+    pub fn pool_members(&self, pool: &str) -> BTreeSet<u32> {
+        self.shared.state.lock().access.pool_members(pool)
+    }
+}

@@ -1,0 +1,637 @@
+//! QEMU guests as PVE 9.1 keeps them: restore from a vzdump-qemu archive as a task under
+//! `lock: create` and the config file lock, into a pool; the guest agent's checks in
+//! qemu-server's order and its own answers (exec bounded and forgotten once read, a frozen
+//! guest, files written into the named VM only); and the token's reach inside a VM held on
+//! Bosun's pool only.
+
+use crate::common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use bosun_pvesim::{SimConfig, TaskDurations};
+use common::{Sim, start, start_with};
+
+/// Restores the VM golden archive as `vmid` into `pool` (none with `""`) as `token`.
+async fn restore_vm(sim: &Sim, token: &bosun_pvesim::TokenCredential, vmid: u32, pool: &str) {
+    let archive = sim.handle.add_vm_golden();
+    let id = vmid.to_string();
+    let mut params = vec![
+        ("vmid", id.as_str()),
+        ("archive", archive.as_str()),
+        ("storage", "local-lvm"),
+        ("unique", "1"),
+    ];
+    if !pool.is_empty() {
+        params.push(("pool", pool));
+    }
+    let r = sim.call_as(token, "POST", "/nodes/pve/qemu", &params).await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+}
+
+async fn start_vm(sim: &Sim, vmid: u32) {
+    let r = sim
+        .call_as(
+            &sim.root(),
+            "POST",
+            &format!("/nodes/pve/qemu/{vmid}/status/start"),
+            &[],
+        )
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+}
+
+fn agent_path(vmid: u32, command: &str) -> String {
+    format!("/nodes/pve/qemu/{vmid}/agent/{command}")
+}
+
+fn slow(durations: TaskDurations) -> SimConfig {
+    SimConfig {
+        time_scale: 0.01,
+        auth_failure_delay: Duration::ZERO,
+        durations,
+        ..SimConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_restore_is_a_task_under_the_create_lock_that_leaves_a_vm_in_its_pool() {
+    let sim = start_with(slow(TaskDurations {
+        vzrestore: Duration::from_secs(40),
+        ..TaskDurations::default()
+    }))
+    .await;
+    let archive = sim.handle.add_vm_golden();
+    let params = [
+        ("vmid", "301"),
+        ("archive", archive.as_str()),
+        ("storage", "local-lvm"),
+        ("unique", "1"),
+        ("pool", "bosun"),
+        ("ciuser", "bosun"),
+        ("ipconfig0", "ip=10.0.0.7/24,gw=10.0.0.1"),
+    ];
+    let r = sim.call("POST", "/nodes/pve/qemu", &params).await;
+    let upid = r.upid();
+    assert!(upid.contains(":qmrestore:301:bosun@pve!agent:"), "{upid}");
+    let during = sim.call("GET", "/nodes/pve/qemu/301/config", &[]).await;
+    assert_eq!(during.data()["lock"], "create", "{during:?}");
+    // The config lock is held for the whole restore: a start waits for it, then gives up.
+    let start = sim
+        .call("POST", "/nodes/pve/qemu/301/status/start", &[])
+        .await;
+    assert_eq!(
+        sim.wait(&start.upid()).await,
+        "can't lock file '/var/lock/qemu-server/lock-301.conf' - got timeout"
+    );
+    // A second restore waits for the same lock (qemu-server's `create_and_lock_config`)…
+    let again = sim.call("POST", "/nodes/pve/qemu", &params).await;
+    assert_eq!(again.status, 500, "{again:?}");
+    assert_eq!(
+        again.message(),
+        "unable to restore VM 301 - can't lock file '/var/lock/qemu-server/lock-301.conf' - got timeout\n"
+    );
+    assert_eq!(sim.wait(&upid).await, "OK");
+    // …and, once the first is done, finds the VM.
+    let again = sim.call("POST", "/nodes/pve/qemu", &params).await;
+    assert_eq!(again.status, 500, "{again:?}");
+    assert_eq!(
+        again.message(),
+        "unable to restore VM 301 - VM 301 already exists on node 'pve'\n"
+    );
+    let log = sim.handle.task_log(&upid).expect("log");
+    assert!(
+        log.iter()
+            .any(|l| l == "new volume ID is 'local-lvm:vm-301-disk-0'"),
+        "{log:?}"
+    );
+    let conf = sim.handle.vm_config(301).expect("config");
+    assert!(!conf.contains_key("lock"), "{conf:?}");
+    assert_eq!(conf["scsi0"], "local-lvm:vm-301-disk-0,size=10G");
+    assert_eq!(conf["ide2"], "local-lvm:vm-301-cloudinit,media=cdrom");
+    assert_eq!(
+        conf["ciuser"], "bosun",
+        "given options override the archive's"
+    );
+    assert!(conf["net0"].starts_with("virtio=BC:24:11:"), "{conf:?}");
+    assert!(
+        !conf["net0"].contains("5E:A1:08"),
+        "unique=1 gives a fresh MAC: {conf:?}"
+    );
+    assert_eq!(
+        sim.handle.pool_members("bosun"),
+        [301].into_iter().collect(),
+        "the pool holds the restored VM"
+    );
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn restores_are_refused_as_qemu_server_refuses_them() {
+    let sim = start().await;
+    let archive = sim.handle.add_vm_golden();
+    let base = [
+        ("vmid", "302"),
+        ("archive", archive.as_str()),
+        ("storage", "local-lvm"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut p: Vec<(&str, &str)> = base.to_vec();
+        p.extend_from_slice(extra);
+        p
+    };
+    let r = sim
+        .call("POST", "/nodes/pve/qemu", &with(&[("pool", "nope")]))
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (pool 'nope' does not exist)\n"
+    );
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/qemu",
+            &with(&[("scsi1", "local-lvm:4")]),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error("scsi1"), "option conflicts with option 'archive'\n");
+    let ct_archive = sim.handle.endpoint().golden_volid.clone();
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/qemu",
+            &[
+                ("vmid", "302"),
+                ("archive", ct_archive.as_str()),
+                ("storage", "local-lvm"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert!(r.message().contains("is not a QEMU backup"), "{r:?}");
+    // VM.Allocate on the pool only: a restore into the pool passes, one outside it does not.
+    let pool_only = {
+        sim.handle
+            .add_role(
+                "PoolAlloc",
+                &[
+                    "VM.Allocate",
+                    "Datastore.AllocateSpace",
+                    "Datastore.Allocate",
+                    "SDN.Use",
+                ],
+            )
+            .expect("role");
+        let token = sim
+            .handle
+            .create_token("bosun@pve", "pool-only", true)
+            .expect("token");
+        for path in ["/pool/bosun", "/storage", "/sdn"] {
+            sim.handle
+                .grant(path, &token.id, "PoolAlloc", true)
+                .expect("grant");
+        }
+        // The user needs it on the pool too: its own ACL there replaces what `/` gave it.
+        sim.handle
+            .grant("/pool/bosun", "bosun@pve", "PoolAlloc", true)
+            .expect("grant");
+        token
+    };
+    let r = sim
+        .call_as(&pool_only, "POST", "/nodes/pve/qemu", &base)
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(r.message(), "Permission check failed\n");
+    let r = sim
+        .call_as(
+            &pool_only,
+            "POST",
+            "/nodes/pve/qemu",
+            &with(&[("pool", "bosun")]),
+        )
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_guest_agent_answers_only_when_configured_running_and_up() {
+    let sim = start().await;
+    // An image without the agent: no `agent` key in its config.
+    let archive = sim.handle.add_vm_archive_without_agent();
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/qemu",
+            &[
+                ("vmid", "310"),
+                ("archive", archive.as_str()),
+                ("storage", "local-lvm"),
+                ("pool", "bosun"),
+            ],
+        )
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    let r = sim.call("POST", &agent_path(310, "ping"), &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "No QEMU guest agent configured\n");
+
+    restore_vm(&sim, &sim.agent(), 311, "bosun").await;
+    let r = sim.call("POST", &agent_path(311, "ping"), &[]).await;
+    assert_eq!(r.message(), "VM 311 is not running\n");
+    start_vm(&sim, 311).await;
+    let r = sim.call("POST", &agent_path(311, "ping"), &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.data()["result"], serde_json::json!({}));
+    assert!(sim.handle.set_vm_agent(311, false));
+    for (method, command) in [("POST", "ping"), ("POST", "exec"), ("POST", "file-write")] {
+        let params: &[(&str, &str)] = match command {
+            "exec" => &[("command", "/usr/bin/test")],
+            "file-write" => &[("file", "/etc/x"), ("content", "x")],
+            _ => &[],
+        };
+        let r = sim.call(method, &agent_path(311, command), params).await;
+        assert_eq!(r.status, 500, "{command}: {r:?}");
+        assert_eq!(
+            r.message(),
+            "QEMU guest agent is not running\n",
+            "{command}"
+        );
+    }
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn exec_runs_in_the_guest_reports_while_running_and_forgets_a_read_exit() {
+    let sim = start_with(slow(TaskDurations::default())).await;
+    restore_vm(&sim, &sim.agent(), 320, "bosun").await;
+    start_vm(&sim, 320).await;
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(320, "exec"),
+            &[("command", "/usr/bin/sleep"), ("command", "30")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let pid = r.data()["pid"].as_u64().expect("pid").to_string();
+    let status = || async {
+        sim.call("GET", &agent_path(320, "exec-status"), &[("pid", &pid)])
+            .await
+    };
+    let running = status().await;
+    assert_eq!(running.data()["exited"], 0, "{running:?}");
+    assert!(running.data().get("exitcode").is_none());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let done = status().await;
+    assert_eq!(done.data()["exited"], 1, "{done:?}");
+    assert_eq!(done.data()["exitcode"], 0);
+    let forgotten = status().await;
+    assert_eq!(forgotten.status, 500);
+    assert_eq!(
+        forgotten.message(),
+        "Agent error: Invalid parameter 'pid'\n"
+    );
+
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(320, "exec"),
+            &[
+                ("command", "/usr/bin/test"),
+                ("command", "-f"),
+                ("command", "/nope"),
+            ],
+        )
+        .await;
+    let pid = r.data()["pid"].as_u64().expect("pid").to_string();
+    let r = sim
+        .call("GET", &agent_path(320, "exec-status"), &[("pid", &pid)])
+        .await;
+    assert_eq!(r.data()["exitcode"], 1, "test -f of a missing file: {r:?}");
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(320, "exec"),
+            &[("command", "/opt/none")],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert!(
+        r.message()
+            .starts_with("Agent error: Failed to execute child process"),
+        "{r:?}"
+    );
+    let long = "x".repeat(65_537);
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(320, "exec"),
+            &[("command", "/usr/bin/test"), ("input-data", &long)],
+        )
+        .await;
+    assert_eq!(r.status, 400, "input-data is bounded by the schema: {r:?}");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn file_write_lands_in_the_named_vm_only_and_file_read_reads_it_back() {
+    let sim = start().await;
+    for vmid in [330, 331] {
+        restore_vm(&sim, &sim.agent(), vmid, "bosun").await;
+        start_vm(&sim, vmid).await;
+    }
+    let b64 = base64::engine::general_purpose::STANDARD.encode(b"secret\x00\xff");
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(330, "file-write"),
+            &[
+                ("file", "/etc/bosun.json"),
+                ("content", &b64),
+                ("encode", "0"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.data().is_null());
+    let written = sim.handle.vm_file(330, "/etc/bosun.json").expect("written");
+    assert_eq!(written.content, b"secret\x00\xff");
+    assert_eq!(written.mode, 0o644);
+    assert!(
+        sim.handle.vm_file(331, "/etc/bosun.json").is_none(),
+        "no other VM's tree changed"
+    );
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(330, "file-write"),
+            &[("file", "/etc/plain"), ("content", "as is")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "encode=1 (the default): PVE encodes: {r:?}");
+    assert_eq!(
+        sim.handle.vm_file(330, "/etc/plain").expect("file").content,
+        b"as is"
+    );
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(330, "file-write"),
+            &[("file", "/no/such/dir/f"), ("content", "x")],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "Agent error: failed to open file '/no/such/dir/f' (mode: 'wb'): No such file or directory\n"
+    );
+    let too_long = "A".repeat(61_441);
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(330, "file-write"),
+            &[("file", "/etc/big"), ("content", &too_long)],
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.error("content"),
+        "value may only be 61440 characters long\n"
+    );
+
+    let r = sim
+        .call(
+            "GET",
+            &agent_path(330, "file-read"),
+            &[("file", "/etc/bosun.json")],
+        )
+        .await;
+    assert_eq!(
+        r.data()["content"],
+        "secret\u{0}\u{ff}",
+        "bytes decoded, one character each: {r:?}"
+    );
+    assert!(r.data().get("truncated").is_none());
+    let r = sim
+        .call(
+            "GET",
+            &agent_path(331, "file-read"),
+            &[("file", "/etc/bosun.json")],
+        )
+        .await;
+    assert_eq!(r.status, 500, "the other VM has no such file: {r:?}");
+    assert_eq!(
+        r.message(),
+        "Agent error: failed to open file '/etc/bosun.json' (mode: 'r'): No such file or directory\n"
+    );
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_frozen_guest_refuses_all_but_the_freeze_commands_and_ping() {
+    let sim = start().await;
+    restore_vm(&sim, &sim.agent(), 340, "bosun").await;
+    start_vm(&sim, 340).await;
+    let r = sim
+        .call("POST", &agent_path(340, "fsfreeze-freeze"), &[])
+        .await;
+    assert_eq!(r.data()["result"], 1);
+    assert_eq!(sim.handle.vm_frozen(340), Some(true));
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(340, "file-write"),
+            &[("file", "/etc/x"), ("content", "x")],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "Agent error: Command guest-file-open has been disabled: the agent is in frozen state\n"
+    );
+    let r = sim.call("POST", &agent_path(340, "ping"), &[]).await;
+    assert_eq!(r.status, 200);
+    let r = sim
+        .call("POST", &agent_path(340, "fsfreeze-status"), &[])
+        .await;
+    assert_eq!(r.data()["result"], "frozen");
+    let r = sim
+        .call("POST", &agent_path(340, "fsfreeze-thaw"), &[])
+        .await;
+    assert_eq!(r.data()["result"], 1);
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(340, "file-write"),
+            &[("file", "/etc/x"), ("content", "x")],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_snapshot_locks_the_config_and_freezes_a_guest_whose_agent_answers() {
+    let sim = start_with(slow(TaskDurations {
+        vzsnapshot: Duration::from_secs(40),
+        ..TaskDurations::default()
+    }))
+    .await;
+    restore_vm(&sim, &sim.agent(), 350, "bosun").await;
+    start_vm(&sim, 350).await;
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/qemu/350/snapshot",
+            &[("snapname", "before")],
+        )
+        .await;
+    let upid = r.upid();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = sim
+        .call("PUT", "/nodes/pve/qemu/350/config", &[("cores", "4")])
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "VM is locked (snapshot)\n");
+    assert_eq!(sim.wait(&upid).await, "OK");
+    let log = sim.handle.task_log(&upid).expect("log");
+    assert!(log.iter().any(|l| l == "guest-fsfreeze-freeze"), "{log:?}");
+    assert!(log.iter().any(|l| l == "guest-fsfreeze-thaw"), "{log:?}");
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/qemu/350/snapshot",
+            &[("snapname", "before")],
+        )
+        .await;
+    assert_eq!(
+        sim.wait(&r.upid()).await,
+        "snapshot name 'before' already used"
+    );
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_agents_token_reaches_inside_a_vm_only_through_bosuns_pool() {
+    let sim = start().await;
+    // A VM Bosun did not create: restored by root, in no pool.
+    restore_vm(&sim, &sim.root(), 360, "").await;
+    start_vm(&sim, 360).await;
+    let refused = [
+        (
+            "POST",
+            "ping",
+            vec![],
+            "(/vms/360, VM.GuestAgent.Audit|VM.GuestAgent.Unrestricted)",
+        ),
+        (
+            "POST",
+            "exec",
+            vec![("command", "/usr/bin/test")],
+            "(/vms/360, VM.GuestAgent.Unrestricted)",
+        ),
+        (
+            "POST",
+            "file-write",
+            vec![
+                ("file", "/root/.ssh/authorized_keys"),
+                ("content", "ssh-ed25519 x"),
+            ],
+            "(/vms/360, VM.GuestAgent.FileWrite|VM.GuestAgent.Unrestricted)",
+        ),
+    ];
+    for (method, command, params, text) in &refused {
+        let r = sim.call(method, &agent_path(360, command), params).await;
+        assert_eq!(r.status, 403, "{command}: {r:?}");
+        assert_eq!(r.message(), format!("Permission check failed {text}\n"));
+    }
+    assert!(
+        sim.handle
+            .vm_file(360, "/root/.ssh/authorized_keys")
+            .is_none()
+    );
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/qemu/360/config",
+            &[("sshkeys", "ssh-ed25519%20AAAA%20attacker")],
+        )
+        .await;
+    assert_eq!(
+        r.status, 403,
+        "no cloud-init identity outside the pool: {r:?}"
+    );
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/vms/360, VM.Config.Cloudinit)\n"
+    );
+    let r = sim
+        .call("GET", "/access/permissions", &[("path", "/vms")])
+        .await;
+    assert!(
+        r.data()["/vms"].get("VM.GuestAgent.Unrestricted").is_none(),
+        "nothing on /vms: {r:?}"
+    );
+    // The operator adopts it into the pool: the pool's roles reach it, unpropagated.
+    assert!(sim.handle.add_vm_to_pool(360, "bosun"));
+    let r = sim.call("POST", &agent_path(360, "ping"), &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = sim
+        .call("GET", "/access/permissions", &[("path", "/vms/360")])
+        .await;
+    assert_eq!(
+        r.data()["/vms/360"]["VM.GuestAgent.Unrestricted"],
+        0,
+        "{r:?}"
+    );
+    let r = sim
+        .call("GET", "/cluster/resources", &[("type", "vm")])
+        .await;
+    let listed = r
+        .data()
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|g| g["vmid"] == 360)
+        .cloned()
+        .expect("listed");
+    assert_eq!(listed["type"], "qemu");
+    assert_eq!(listed["pool"], "bosun");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn on_pve_8_one_privilege_vm_monitor_guards_the_guest_agent() {
+    let sim = start_with(SimConfig {
+        time_scale: 0.0,
+        auth_failure_delay: Duration::ZERO,
+        pve_version: bosun_pvesim::PveVersion::V8_4,
+        ..SimConfig::default()
+    })
+    .await;
+    restore_vm(&sim, &sim.root(), 370, "").await;
+    start_vm(&sim, 370).await;
+    let r = sim.call("POST", &agent_path(370, "ping"), &[]).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/vms/370, VM.Monitor)\n"
+    );
+    assert!(sim.handle.add_vm_to_pool(370, "bosun"));
+    let r = sim.call("POST", &agent_path(370, "ping"), &[]).await;
+    assert_eq!(
+        r.status, 200,
+        "the pool's BosunGuest has VM.Monitor on 8.4: {r:?}"
+    );
+    let r = sim
+        .call("GET", "/access/permissions", &[("path", "/pool/bosun")])
+        .await;
+    assert!(
+        r.data()["/pool/bosun"].get("VM.GuestAgent.Audit").is_none(),
+        "no PVE 9 names on 8.4: {r:?}"
+    );
+    sim.handle.shutdown().await;
+}
