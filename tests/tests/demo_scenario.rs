@@ -55,12 +55,12 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn the_demo_scenario_passes_and_leaves_nothing_running() {
     let (dir, outcome, result, took, transcript) =
-        run_demo(Scenario::Full, Duration::from_secs(360));
+        run_demo(Scenario::Full, Duration::from_secs(390));
     let out = dir.path().join("demo-out");
     // Without the root helper no golden archive can be hashed: the demo says so at once.
-    // 32 steps (about 150 s on two idle cores, more while the machine builds) and the 8 s
-    // the kept hub is watched.
-    if !passed_as_root(&result, (took, Duration::from_secs(300)), &transcript) {
+    // 34 steps (about 190 s on two cores while other builds ran, steps 33 and 34 about 25 s of
+    // it) and the 8 s the kept hub is watched.
+    if !passed_as_root(&result, (took, Duration::from_secs(330)), &transcript) {
         return;
     }
 
