@@ -160,6 +160,19 @@ pub fn fields(host: &HostDetail) -> Vec<(&'static str, String)> {
             present.join(", ")
         },
     ));
+    fields.push((
+        "address pool",
+        match (
+            caps.address_pool,
+            bosun_proto::host_view::address_pool_warning(host),
+        ) {
+            (_, Some(warning)) => format!("WARNING: {warning}"),
+            (Some(true), None) => {
+                "yes: each new guest gets a static address of it, under ipfilter".to_owned()
+            }
+            (_, None) => "not said (an agent from before the pool)".to_owned(),
+        },
+    ));
     fields.push(("storage kinds", list(&caps.storage_kinds)));
     for nic in &caps.interfaces {
         fields.push((

@@ -21,8 +21,8 @@ pub enum HostsCommand {
         #[arg(long = "label", value_name = "KEY=VALUE")]
         labels: Vec<String>,
         /// Only hosts whose capabilities include this word: `helper`, `tunnel`, `smart`,
-        /// `arch=x86_64`, `pve=9`, `storage=pbs`, `target=ID`, `bridge=vmbr0`, `nic=eno1`
-        /// (repeat: all must match).
+        /// `addresses`, `arch=x86_64`, `pve=9`, `storage=pbs`, `target=ID`, `bridge=vmbr0`,
+        /// `nic=eno1` (repeat: all must match).
         #[arg(long = "capability", value_name = "WORD")]
         capabilities: Vec<String>,
     },

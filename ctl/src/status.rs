@@ -206,6 +206,9 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             "  escrow            {}",
             crate::hosts::escrow_text(&s.escrow)
         ));
+        if let Some(warning) = host_view::address_pool_warning(host) {
+            out.push(format!("  WARNING           {warning}"));
+        }
         if let Some(since) = host.reseal_required_since {
             out.push(format!(
                 "  RESEAL            the host was replaced; its storage credentials were sealed to the \

@@ -1,7 +1,7 @@
 //! Hosts describe themselves; operators group them (decision 0077). The agent has reported
 //! its capabilities with its polls since it enrolled (architecture, CPUs, Proxmox version,
-//! storage kinds, the plan's targets, bridges and NICs, whether a helper, a tunnel and SMART
-//! are there); the operator labels the host (`bosunctl hosts label`, audited as a
+//! storage kinds, the plan's targets, bridges and NICs, whether a helper, a tunnel, SMART and
+//! an address pool are there); the operator labels the host (`bosunctl hosts label`, audited as a
 //! `host_labeled` event), finds it again by label and by capability (`hosts list --label
 //! --capability`, filtered by the hub), and a filter it does not match lists nothing.
 //! `hosts show` prints the labels and what the host said of itself.
@@ -130,6 +130,7 @@ pub(super) async fn labels_and_capabilities(
         "labels",
         "machine",
         "has",
+        "address pool",
         "storage kinds",
         "plan targets",
         "interface",

@@ -85,6 +85,12 @@ pub struct Outcome {
     /// The tunnel, managed: the signed route written as ingress with the sealed credentials,
     /// an unready replica restarted, a hub's forged route refused.
     pub tunnel: Option<super::tunnel::TunnelOutcome>,
+    /// Guests come up in an order: the shop's chain brought up, its startup order, the cycle
+    /// refused.
+    pub order: Option<super::boot_order::OrderOutcome>,
+    /// A fair share for every guest: the shop's shares as Proxmox stores them, a loosening
+    /// held at the plan's ceilings.
+    pub share: Option<super::fair_share::ShareOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
@@ -508,6 +514,9 @@ pub async fn run(
     outcome.tunnel = Some(n.step("the tunnel, managed: the operator's signed plan routes alpha.demo.example to guest alpha; the agent writes the ingress (one rule per hostname to the guest's address on the bridge, the catch-all last) and the credentials sealed to the host, restarting the tunnel's replicas one at a time; a replica whose readiness fails 3 times is restarted; a hub that re-points the hostname unsigned is refused (data_plan.refused)", async |n| super::tunnel::managed_tunnel(n, children, &client, (bins, out), &sim, (&helper, &agent, &unit, run_as), (host_id, alpha)).await).await?);
     outcome.customer_app = Some(n.step("the customer's app (operator guide §14): the operator signs alpha's customer key into the plan (guest_access); the agent delivers alpha a new bootstrap carrying it; alpha's controller, started as the controller image starts it, writes it where the golden image's sshd reads it (keys only, no password) and reads the customer's own apps file, the Compose containers they deployed over SSH", async |n| super::customer_app::customer_app(n, &client, (bins, out), &sim, (host_id, alpha, alpha_vmid)).await).await?);
     n.step("every guest has an address Bosun assigned: each running guest holds its own static address of the host's pool in its net0 (alpha's survived its disaster recovery) with Proxmox's ipfilter on, so it sends from no other; bosunctl status shows it", async |n| super::addresses::assigned_addresses(n, children, &client, &sim, alpha).await).await?;
+    let order = n.step("guests come up in an order: a customer's shop of three guests, web on app on db, each naming what it provides and requires; the agent restores and starts db, then app, then web, and sets each one's place in Proxmox's startup order; bosunctl explain --order shows what waits on what; a hub's cycle is refused with its reason and starves no guest, then the operator's order is put back", async |n| super::boot_order::ordered_bring_up(n, children, &client, (bins, out), &sim, host_id).await).await?;
+    outcome.share = Some(n.step("a fair share for every guest: the operator signs bounds into the plan (guest_share) and desired state gives the shop's guests share classes, stored by Proxmox as cpuunits, cpulimit and net0's rate=; a hub that loosens a class past the plan, unsigned, gets the plan's ceilings, refused in the report and the audit trail", async |n| super::fair_share::fair_share(n, children, &client, (bins, out), &sim, (host_id, &order)).await).await?);
+    outcome.order = Some(order);
     let kept = super::settle::Kept {
         client,
         sim,

@@ -93,6 +93,11 @@ pub struct HostCapabilities {
     /// The node's disks give SMART readings.
     #[serde(default)]
     pub smart: bool,
+    /// Whether the agent has an address pool (`[addresses]` in its `agent.toml`, decision
+    /// 0101): without one a new guest gets DHCP and its firewall no `ipfilter`. Absent from an
+    /// agent that does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_pool: Option<bool>,
 }
 
 /// One bridge or NIC of the node.
@@ -235,7 +240,8 @@ impl HostCapabilities {
         Ok(())
     }
 
-    /// The words `hosts list --capability` matches: `helper`, `tunnel`, `smart` when present;
+    /// The words `hosts list --capability` matches: `helper`, `tunnel`, `smart`,
+    /// `addresses` when present;
     /// `arch=…`, `pve=<major>`, `storage=<kind>`, `target=<durable_id>`, `bridge=<name>`,
     /// `nic=<name>` (also `bond=`, `vlan=`).
     pub fn tags(&self) -> BTreeSet<String> {
@@ -244,6 +250,7 @@ impl HostCapabilities {
             (self.helper, "helper"),
             (self.tunnel, "tunnel"),
             (self.smart, "smart"),
+            (self.address_pool == Some(true), "addresses"),
         ] {
             if present {
                 tags.insert(word.to_owned());

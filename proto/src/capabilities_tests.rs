@@ -28,6 +28,7 @@ fn node() -> HostCapabilities {
         helper: true,
         tunnel: false,
         smart: true,
+        address_pool: Some(true),
     }
 }
 
@@ -39,6 +40,7 @@ fn a_plain_description_passes_and_flattens_to_its_words() {
     assert_eq!(
         tags,
         [
+            "addresses",
             "arch=x86_64",
             "bridge=vmbr0",
             "helper",
@@ -204,4 +206,20 @@ fn capability_words_are_checked() {
     for bad in ["", "Helper", "arch=", "bridge=vm br0", "x=<b>", "a=\u{1b}"] {
         assert!(check_capability("capability", bad).is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn an_agent_without_a_pool_says_so_and_one_that_does_not_say_is_read_as_unknown() {
+    let mut caps = node();
+    caps.address_pool = Some(false);
+    assert!(!caps.tags().contains("addresses"));
+    let wire = serde_json::to_value(&caps).unwrap();
+    assert_eq!(wire["address_pool"], serde_json::json!(false));
+    let mut older = wire;
+    older.as_object_mut().unwrap().remove("address_pool");
+    let read: HostCapabilities = serde_json::from_value(older).unwrap();
+    assert_eq!(
+        read.address_pool, None,
+        "an agent that does not say is not said to lack one"
+    );
 }

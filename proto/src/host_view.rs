@@ -1,7 +1,8 @@
 //! What every view of a host says of it, computed once: whether it is in sync with its desired
 //! state ([`SyncView`]), each restore test's verdict ([`RestoreVerdict`]), the targets its
-//! signed data plan names ([`plan_targets`]), how a guest is named ([`guest_name`]) and the
-//! host's state in one word ([`state_word`]). `bosunctl status`, `bosunctl hosts show`, their
+//! signed data plan names ([`plan_targets`]), how a guest is named ([`guest_name`]), the
+//! host's state in one word ([`state_word`]) and whether it lacks an address pool
+//! ([`address_pool_warning`]). `bosunctl status`, `bosunctl hosts show`, their
 //! JSON ([`HostView`]) and the hub's dashboard call these functions and nothing else for them,
 //! so no two views of one host can disagree.
 
@@ -217,6 +218,19 @@ pub fn plan_targets(host: &HostDetail) -> Vec<String> {
             .map(|c| c.plan_targets.clone())
             .unwrap_or_default(),
     }
+}
+
+/// What every view says of a host whose agent has no address pool (`[addresses]` in its
+/// `agent.toml`, decision 0101): a warning, not a failure, since such a host still provisions.
+/// `None` when it has one, and for an agent that does not say.
+pub fn address_pool_warning(host: &HostDetail) -> Option<&'static str> {
+    host.capabilities
+        .as_ref()
+        .filter(|c| c.address_pool == Some(false))
+        .map(|_| {
+            "no address pool: new guests get DHCP and their firewall no ipfilter; add [addresses] \
+             to the host's agent.toml (decision 0101)"
+        })
 }
 
 /// How every view names guest `guest_id` of `host`: the hostname its last report gives it,

@@ -134,3 +134,21 @@ fn the_state_word_is_the_roll_up_unless_liveness_tells_more() {
     h.status = HostStatus::Revoked;
     assert_eq!(state_word(&h), ("revoked", None));
 }
+
+#[test]
+fn a_host_without_an_address_pool_is_warned_of_and_one_that_does_not_say_is_not() {
+    let mut without = host(json!({}));
+    assert_eq!(
+        address_pool_warning(&without),
+        None,
+        "an agent that does not say"
+    );
+    without.capabilities.as_mut().unwrap().address_pool = Some(false);
+    let warning = address_pool_warning(&without).expect("a warning");
+    assert!(
+        warning.contains("DHCP") && warning.contains("[addresses]"),
+        "{warning}"
+    );
+    without.capabilities.as_mut().unwrap().address_pool = Some(true);
+    assert_eq!(address_pool_warning(&without), None);
+}

@@ -75,6 +75,8 @@ async fn the_hub_keeps_what_the_node_is_and_polls_that_change_nothing_do_not_rep
     assert_eq!(interface(caps, "eno2")["state"], "down");
     assert_eq!(caps["helper"], true, "the harness configures a helper");
     assert_eq!(caps["tunnel"], false, "and no tunnel");
+    // Its agent.toml has no [addresses]: the host says so, and every view warns of it.
+    assert_eq!(caps["address_pool"], false, "{caps}");
 
     // The fleet filter finds the host by what it said.
     let (status, listed) = hub

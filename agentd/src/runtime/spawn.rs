@@ -596,6 +596,7 @@ pub(super) fn reconcile_and_hub(
             health: parts.health,
             controllers: parts.controllers,
             helper: config.helper.is_some(),
+            address_pool: config.addresses.is_some(),
         },
         clock: Arc::clone(w.clock),
     });

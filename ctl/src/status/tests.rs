@@ -650,3 +650,46 @@ fn the_verify_summary_counts_a_verification_that_could_not_run_as_such() {
         "2 ok, 1 FAILED, 1 could not run"
     );
 }
+
+#[test]
+fn a_host_without_an_address_pool_is_warned_of_in_status_and_hosts_show() {
+    let now = "2026-11-21T01:00:05Z".parse().unwrap();
+    let shown = |pool: Option<bool>| {
+        let detail = host_with(|v| {
+            v["capabilities"] = json!({ "arch": "x86_64", "cpu_count": 4 });
+            if let Some(pool) = pool {
+                v["capabilities"]["address_pool"] = json!(pool);
+            }
+        });
+        let status = FleetStatus {
+            hosts: vec![detail.clone()],
+            alerts: Vec::new(),
+            open_alerts: Vec::new(),
+        };
+        let fields = crate::host_labels::fields(&detail);
+        let pool = fields
+            .iter()
+            .find(|(name, _)| *name == "address pool")
+            .map(|(_, text)| text.clone())
+            .unwrap_or_default();
+        (render_at(&status, now), pool)
+    };
+    let (lines, pool) = shown(Some(false));
+    let warning = lines
+        .iter()
+        .find(|l| l.starts_with("  WARNING "))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert!(
+        warning.contains("no address pool") && warning.contains("DHCP"),
+        "{warning}"
+    );
+    assert!(pool.starts_with("WARNING: no address pool"), "{pool}");
+    for said in [Some(true), None] {
+        let (lines, pool) = shown(said);
+        assert!(
+            !lines.iter().any(|l| l.contains("address pool")),
+            "{said:?}: {lines:#?}"
+        );
+        assert!(!pool.contains("WARNING"), "{said:?}: {pool}");
+    }
+}

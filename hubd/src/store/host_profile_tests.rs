@@ -35,6 +35,7 @@ pub(in crate::store) fn sample_capabilities() -> HostCapabilities {
         helper: true,
         tunnel: false,
         smart: false,
+        address_pool: Some(true),
     }
 }
 

@@ -1,9 +1,9 @@
-//! `GET /ui/hosts/{host_id}`: one host — its state and versions, its health and the last
-//! day's history as charts, its guests (desired and current, with the generation the agent
-//! last applied), backups per tier with their ages, restore tests, bulk volumes' own backups,
-//! storage targets, alerts,
-//! jobs with their results, recent events and its audit trail (the newest entries;
-//! `?audit_before=CURSOR` pages to older ones).
+//! `GET /ui/hosts/{host_id}`: one host — its state and versions (a warning when its agent has
+//! no address pool), its health and the last day's history as charts, its guests (desired and
+//! current, each with the address Bosun assigned it, and the generation the agent last
+//! applied), backups per tier with their ages, restore tests, bulk volumes' own backups,
+//! storage targets, alerts, jobs with their results, recent events and its audit trail (the
+//! newest entries; `?audit_before=CURSOR` pages to older ones).
 
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Html;
@@ -124,6 +124,9 @@ fn banners(host: &HostDetail, now: Timestamp) -> Markup {
                 code { "--tunnel-id UUID" }
                 " for the tunnel's"
             }
+        }
+        @if let Some(warning) = host_view::address_pool_warning(host) {
+            p class="banner warn" id="addresses" { strong { "Warning: " } (warning) }
         }
     }
 }
@@ -249,8 +252,8 @@ fn guests(host: &HostDetail) -> Markup {
             div class="scroll" {
                 table class="stack" id="guests" {
                     thead { tr {
-                        th { "Guest" } th { "VMID" } th { "Desired" } th { "Current" }
-                        th { "Controller" } th { "Customer" }
+                        th { "Guest" } th { "VMID" } th { "Address" } th { "Desired" }
+                        th { "Current" } th { "Controller" } th { "Customer" }
                     } }
                     tbody { @for row in &rows { (guest_row(host, row)) } }
                 }
@@ -281,6 +284,13 @@ fn guest_row(host: &HostDetail, row: &GuestRow<'_>) -> Markup {
         tr {
             td data-label="Guest" { (name) }
             td data-label="VMID" { @if let Some(vmid) = vmid { (vmid) } @else { "-" } }
+            // The addresses Bosun assigned, as the report gives them (`bosunctl status` too).
+            td data-label="Address" class="mono" {
+                @match row.current.map(|g| g.addresses.as_slice()).filter(|a| !a.is_empty()) {
+                    Some(addresses) => (addresses.join(", ")),
+                    None => span class="muted" { "-" },
+                }
+            }
             td data-label="Desired" {
                 @if let Some(spec) = row.desired {
                     (layout::wire(Some(&spec.power))) ", "

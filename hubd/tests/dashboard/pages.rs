@@ -202,3 +202,70 @@ async fn a_pbs_tier_is_named_by_its_label_and_the_guest_beside_it_never_breaks()
         "{css}"
     );
 }
+
+#[tokio::test]
+async fn the_host_page_shows_each_guests_address_and_warns_of_a_host_without_a_pool() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, key) = hub.enroll("pve-pool").await;
+    let guest = |vmid: u32, name: &str, addresses: &[&str]| GuestReport {
+        guest_id: Some(Uuid::new_v4()),
+        vmid,
+        hostname: name.into(),
+        status: GuestStatus::Running,
+        resources: None,
+        controller_digest: None,
+        controller_expected: None,
+        addresses: addresses.iter().map(|a| (*a).to_owned()).collect(),
+    };
+    let mut r = report();
+    r.guests = vec![
+        guest(101, "alpha", &["192.0.2.101"]),
+        guest(102, "dual", &["192.0.2.102", "2001:db8::102"]),
+        // A DHCP guest from before the pool has no address Bosun assigned.
+        guest(103, "legacy", &[]),
+    ];
+    let mut body = full(&r);
+    body["capabilities"] = serde_json::json!({ "arch": "x86_64", "address_pool": false });
+    send(&hub, host, &key, &body).await;
+    let session = login(&hub, &client).await;
+    let page = get(&hub, &client, &format!("/ui/hosts/{host}"), Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let guests = &page[page.find(r#"id="guests""#).unwrap()..];
+    let guests = &guests[..guests.find("</table>").unwrap()];
+    let rows: Vec<&str> = guests.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 3, "{guests}");
+    let address = |row: &str| cell(row, r#"data-label="Address""#).to_owned();
+    assert_eq!(address(rows[0]), "192.0.2.101", "{}", rows[0]);
+    assert_eq!(
+        address(rows[1]),
+        "192.0.2.102, 2001:db8::102",
+        "{}",
+        rows[1]
+    );
+    assert!(
+        rows[2].contains(r#"data-label="Address" class="mono"><span class="muted">-</span>"#),
+        "{}",
+        rows[2]
+    );
+    let banner = &page[page.find(r#"id="addresses""#).expect("a warning banner")..];
+    assert!(
+        banner.contains("no address pool: new guests get DHCP"),
+        "{banner}"
+    );
+
+    // Once the agent has a pool, no warning.
+    r.seq += 1;
+    let mut body = full(&r);
+    body["capabilities"] = serde_json::json!({ "arch": "x86_64", "address_pool": true });
+    send(&hub, host, &key, &body).await;
+    let page = get(&hub, &client, &format!("/ui/hosts/{host}"), Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains(r#"id="addresses""#), "{page}");
+}

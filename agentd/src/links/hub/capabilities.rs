@@ -34,6 +34,8 @@ pub struct LocalFacts {
     pub tunnel: bool,
     /// The node's disks give SMART readings.
     pub smart: bool,
+    /// `agent.toml` has an address pool (`[addresses]`).
+    pub address_pool: bool,
     /// The signed data plan's targets.
     pub plan_targets: Vec<String>,
 }
@@ -84,6 +86,7 @@ impl CapabilityState {
         current.helper = local.helper;
         current.tunnel = local.tunnel;
         current.smart = local.smart;
+        current.address_pool = Some(local.address_pool);
         current.plan_targets = local.plan_targets;
         current.plan_targets.sort();
         current.plan_targets.dedup();
@@ -166,6 +169,7 @@ async fn read_node<P: Pve>(pve: &P, sysfs: &Path) -> HostCapabilities {
         helper: false,
         tunnel: false,
         smart: false,
+        address_pool: None,
     }
 }
 
@@ -354,10 +358,16 @@ mod tests {
             helper: false,
             tunnel: false,
             smart: false,
+            address_pool: None,
         };
         state.read = Some((read, Instant::now()));
         let first = state.select(local.clone(), true);
-        assert!(first.as_ref().is_some_and(|c| c.helper), "{first:?}");
+        assert!(
+            first
+                .as_ref()
+                .is_some_and(|c| c.helper && c.address_pool == Some(false)),
+            "{first:?}"
+        );
         state.answered();
         assert_eq!(
             state.select(local.clone(), false),
@@ -372,13 +382,15 @@ mod tests {
         state.answered();
         let changed = LocalFacts {
             tunnel: true,
+            address_pool: true,
             plan_targets: vec!["nas".into(), "bad target".into(), "nas".into()],
             ..local.clone()
         };
         let sent = state.select(changed.clone(), false);
         assert!(
-            sent.as_ref()
-                .is_some_and(|c| c.tunnel && c.plan_targets == ["nas"]),
+            sent.as_ref().is_some_and(|c| c.tunnel
+                && c.address_pool == Some(true)
+                && c.plan_targets == ["nas"]),
             "a change goes at once: {sent:?}"
         );
         state.unanswered();

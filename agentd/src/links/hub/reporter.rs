@@ -104,6 +104,8 @@ pub struct ReportSources {
     pub controllers: ControllerBoard,
     /// Whether a root helper is configured (the capabilities say so).
     pub helper: bool,
+    /// Whether `agent.toml` has an address pool (the capabilities say so).
+    pub address_pool: bool,
 }
 
 /// What the report says of the host's keys (public halves and fingerprints only).
@@ -155,6 +157,7 @@ impl ReportState {
             .unwrap_or_default();
         let local = LocalFacts {
             helper: self.sources.helper,
+            address_pool: self.sources.address_pool,
             tunnel: health.tunnel.is_some(),
             smart,
             plan_targets,
