@@ -10,7 +10,7 @@ use base64::Engine as _;
 use super::catalogue::Op;
 use super::decimal::Thousandths;
 use super::error::PveError;
-use super::requests::Params;
+use super::requests::{Params, push_update};
 use super::types::{StorageId, ValueError, Vmid, VolumeId, check_dns_name, check_tag};
 
 /// The most bytes one `file-write` carries: PVE's `content` is at most 61 440 characters
@@ -434,41 +434,13 @@ pub struct VmConfigUpdate {
 
 impl VmConfigUpdate {
     pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
-        if self.set.is_empty() && self.delete.is_empty() {
-            return Err(invalid(op, "set")(ValueError::new(
-                "config update",
-                "",
-                "names no option to set or delete",
-            )));
-        }
         let mut p = Params::new();
         self.set.push_params(op, &mut p)?;
-        if !self.delete.is_empty() {
-            for key in &self.delete {
-                let ok = !key.is_empty()
-                    && key
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-                if !ok {
-                    return Err(invalid(op, "delete")(ValueError::new(
-                        "config key",
-                        key.clone(),
-                        "must be letters, digits, '-' and '_'",
-                    )));
-                }
-            }
-            p.push(("delete".into(), self.delete.join(",")));
-        }
-        if let Some(d) = &self.digest {
-            if d.len() > 64 || !d.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(invalid(op, "digest")(ValueError::new(
-                    "digest",
-                    d.clone(),
-                    "must be hex digits",
-                )));
-            }
-            p.push(("digest".into(), d.clone()));
-        }
+        push_update(
+            (self.set.is_empty(), &self.delete, self.digest.as_deref()),
+            op,
+            &mut p,
+        )?;
         Ok(p)
     }
 }

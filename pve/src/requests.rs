@@ -261,43 +261,60 @@ pub struct ConfigUpdate {
 
 impl ConfigUpdate {
     pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
-        if self.set.is_empty() && self.delete.is_empty() {
-            return Err(invalid(op, "set")(ValueError::new(
-                "config update",
-                "",
-                "names no option to set or delete",
-            )));
-        }
         let mut p = Params::new();
         self.set.push_params(op, &mut p)?;
-        if !self.delete.is_empty() {
-            for key in &self.delete {
-                if key.is_empty()
-                    || !key
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-                {
-                    return Err(invalid(op, "delete")(ValueError::new(
-                        "config key",
-                        key.clone(),
-                        "must be letters, digits, '-' and '_'",
-                    )));
-                }
-            }
-            p.push(("delete".into(), self.delete.join(",")));
-        }
-        if let Some(d) = &self.digest {
-            if d.len() > 40 || !d.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(invalid(op, "digest")(ValueError::new(
-                    "digest",
-                    d.clone(),
-                    "must be at most 40 hex digits (SHA-1)",
-                )));
-            }
-            p.push(("digest".into(), d.clone()));
-        }
+        push_update(
+            (self.set.is_empty(), &self.delete, self.digest.as_deref()),
+            op,
+            &mut p,
+        )?;
         Ok(p)
     }
+}
+
+/// The part every guest kind's config update shares (`PUT …/config` of a container or a VM):
+/// refused when it sets (`set_empty` false) and deletes nothing; the keys to delete, each of
+/// letters, digits, `-` and `_`; the digest read before, at most 40 hex digits (the schema's
+/// SHA-1 for both kinds).
+pub(crate) fn push_update(
+    (set_empty, delete, digest): (bool, &[String], Option<&str>),
+    op: Op,
+    p: &mut Params,
+) -> Result<(), PveError> {
+    if set_empty && delete.is_empty() {
+        return Err(invalid(op, "set")(ValueError::new(
+            "config update",
+            "",
+            "names no option to set or delete",
+        )));
+    }
+    let bad_key = |key: &String| {
+        key.is_empty()
+            || !key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    if let Some(key) = delete.iter().find(|key| bad_key(key)) {
+        return Err(invalid(op, "delete")(ValueError::new(
+            "config key",
+            key.clone(),
+            "must be letters, digits, '-' and '_'",
+        )));
+    }
+    if !delete.is_empty() {
+        p.push(("delete".into(), delete.join(",")));
+    }
+    if let Some(d) = digest {
+        if d.len() > 40 || !d.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(invalid(op, "digest")(ValueError::new(
+                "digest",
+                d.to_owned(),
+                "must be at most 40 hex digits (SHA-1)",
+            )));
+        }
+        p.push(("digest".into(), d.to_owned()));
+    }
+    Ok(())
 }
 
 /// vzdump's `mode`.

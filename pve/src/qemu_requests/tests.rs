@@ -122,3 +122,32 @@ fn pool_ids_and_macs_are_checked() {
     assert!(check_mac("BC:24:11:00:00:01").is_ok());
     assert!(check_mac("01:24:11:00:00:01").is_err(), "multicast");
 }
+
+#[test]
+fn a_vm_config_update_takes_the_schemas_sha1_digest_and_clean_keys_only() {
+    let op = Op::UpdateVmConfig;
+    let update = |delete: &[&str], digest: &str| VmConfigUpdate {
+        set: VmOptions::default(),
+        delete: delete.iter().map(|k| (*k).to_owned()).collect(),
+        digest: Some(digest.to_owned()),
+    };
+    let sha1 = "a".repeat(40);
+    let p = update(&["net1", "ipconfig1"], &sha1)
+        .params(op)
+        .expect("a SHA-1 digest and two keys");
+    assert!(
+        p.contains(&("delete".into(), "net1,ipconfig1".into())),
+        "{p:?}"
+    );
+    assert!(p.contains(&("digest".into(), sha1.clone())), "{p:?}");
+    // PUT …/qemu/{vmid}/config's digest is at most 40 characters in both schemas.
+    assert!(update(&["net1"], &"a".repeat(41)).params(op).is_err());
+    assert!(update(&["net1"], &"a".repeat(64)).params(op).is_err());
+    assert!(update(&["net1,net2"], &sha1).params(op).is_err());
+    assert!(update(&[""], &sha1).params(op).is_err());
+    let nothing = VmConfigUpdate::default();
+    assert!(
+        nothing.params(op).is_err(),
+        "an update that changes nothing"
+    );
+}
