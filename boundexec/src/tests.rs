@@ -99,13 +99,26 @@ fn a_program_that_cannot_start_is_an_error() {
     assert!(matches!(err, ExecError::Spawn { .. }), "{err:?}");
 }
 
+/// Whether `pid` still runs a second after the call returned. The group's SIGKILL is sent
+/// before the call returns, but a member the scheduler has not run since dies a moment later
+/// (on loaded cores, after the call's return): a member that ignored the kill would run on.
 fn alive(pid: &str) -> bool {
     let stat = Path::new("/proc").join(pid).join("stat");
-    std::fs::read_to_string(stat).is_ok_and(|s| {
-        // A zombie waiting for its reaper is not running anything.
-        s.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
+    let running = || {
+        std::fs::read_to_string(&stat).is_ok_and(|s| {
+            // A zombie waiting for its reaper is not running anything.
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while running() {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
 }
 
 #[test]
