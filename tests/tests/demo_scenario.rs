@@ -60,7 +60,11 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     // Without the root helper no golden archive can be hashed: the demo says so at once.
     // 34 steps (about 190 s on two cores while other builds ran, steps 33 and 34 about 25 s of
     // it) and the 8 s the kept hub is watched.
-    if !passed_as_root(&result, (took, Duration::from_secs(330)), &transcript) {
+    if !passed_as_root(
+        &result,
+        (took, Duration::from_secs(330)),
+        (&transcript, &out),
+    ) {
         return;
     }
 
@@ -809,7 +813,7 @@ fn a_missing_program_names_the_build_step() {
 fn passed_as_root(
     result: &Result<(), bosun_demo::DemoError>,
     (took, bound): (Duration, Duration),
-    transcript: &str,
+    (transcript, out): (&str, &std::path::Path),
 ) -> bool {
     let root = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
@@ -822,9 +826,35 @@ fn passed_as_root(
         );
         return false;
     }
-    assert!(result.is_ok(), "{result:?}\n{transcript}");
+    // The error comes last, after the tails of the daemons' logs: a CI run that keeps only the
+    // end of the output still shows what failed and what the agent and the hub said about it.
+    assert!(
+        result.is_ok(),
+        "{transcript}\n{}\n{result:?}",
+        log_tails(out)
+    );
     assert!(took < bound, "the demo took {took:?}");
     true
+}
+
+/// The last lines of the hub's and the agent's logs under `out/logs`, each headed by its name.
+fn log_tails(out: &std::path::Path) -> String {
+    const LINES: usize = 25;
+    let mut tails = String::new();
+    for name in ["hubd", "agentd"] {
+        let path = out.join(format!("logs/{name}.log"));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines.len().saturating_sub(LINES);
+        tails.push_str(&format!("--- the last lines of {}\n", path.display()));
+        for line in &lines[start..] {
+            tails.push_str(line);
+            tails.push('\n');
+        }
+    }
+    tails
 }
 
 fn run_demo(
@@ -1015,7 +1045,11 @@ fn the_host_loss_scenario_brings_the_host_back_and_leaves_nothing_running() {
         run_demo(Scenario::HostLoss, Duration::from_secs(150));
     let out = dir.path().join("demo-out");
     // Box a provisions its guests through the root helper, as in the main scenario.
-    if !passed_as_root(&result, (took, Duration::from_secs(120)), &transcript) {
+    if !passed_as_root(
+        &result,
+        (took, Duration::from_secs(120)),
+        (&transcript, &out),
+    ) {
         return;
     }
     let walk = outcome.host_loss.clone().expect("the host-loss walk ran");
