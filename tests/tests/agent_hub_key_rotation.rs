@@ -4,7 +4,8 @@
 //! (decision 0049), activation waits until every live host holds it, and the switch costs no
 //! agent a single failed poll. An agent that slept
 //! through the whole rotation refuses the hub's new key and says it must be enrolled again;
-//! a whole agent restarted after the retirement trusts the new key from its journal.
+//! a whole agent restarted after the retirement trusts the new key from its journal, and so
+//! does `bosun-agentctl` on its node.
 //!
 //! The real `bosun-hubd` binary through the same rotation, and through a backup and restore:
 //! at every start `serve` prints the key pin of the certificate its TLS listener presents
@@ -281,6 +282,23 @@ async fn the_hub_key_rotates_under_fifty_polling_agents_and_none_loses_contact()
         .expect("the restarted agent polls under the new key")
         .unwrap();
     restarted.stop().await;
+    // The operator's tools on that node trust what its agent trusts: `bosun-agentctl` reaches
+    // the hub under the new key, though agent.toml still pins only the retired one.
+    let sheets = tempfile::tempdir().unwrap();
+    crate::escrow_support::agentctl(
+        &restarted_files.config_path,
+        &[
+            "escrow",
+            "create",
+            "--sheet",
+            sheets.path().to_str().unwrap(),
+            "--work-factor",
+            "12",
+        ],
+        None,
+    )
+    .await
+    .expect(0, &["Print the sheet now"]);
     for agent in whole {
         agent.stop().await;
     }

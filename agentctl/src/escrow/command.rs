@@ -27,6 +27,7 @@ use bosun_agentd::config::AgentConfig;
 use bosun_agentd::links::hub_client::client::HubClient;
 use bosun_agentd::links::hub_client::client::HubClientError;
 use bosun_agentd::links::hub_client::identity::{HostIdentity, IdentityError};
+use bosun_agentd::links::hub_client::pins::{HubPins, PinsError};
 use bosun_agentd::trust::keys::pbs_key::keyring::MAX_KEYS;
 use bosun_agentd::trust::keys::pbs_key::{PbsKeyError, PbsKeyring};
 
@@ -145,6 +146,9 @@ pub enum EscrowError {
     /// The agent configuration is unusable for the hub.
     #[error("the hub client")]
     Setup(#[source] HubClientError),
+    /// The signed hub pins the agent journaled could not be read.
+    #[error("the hub pins the agent holds")]
+    Pins(#[source] PinsError),
     /// The wrapped keys are too long to print on the sheet: nothing was stored.
     #[error(
         "the wrapped keys ({keys} of them, {chars} characters) are too long to print on the \
@@ -210,8 +214,13 @@ pub(super) fn identity(config: &AgentConfig) -> Result<HostIdentity, EscrowError
         .ok_or(EscrowError::NotEnrolled)
 }
 
+/// The hub, trusted by the pins the agent trusts: `agent.toml`'s and the operator's signed set
+/// the agent journaled (so a hub key rotation the agent followed does not lock this out).
 pub(super) fn hub(config: &AgentConfig) -> Result<HubClient, EscrowError> {
-    HubClient::with_trust(config.hub.url.clone(), &config.hub.trust).map_err(EscrowError::Setup)
+    let client = HubClient::with_trust(config.hub.url.clone(), &config.hub.trust)
+        .map_err(EscrowError::Setup)?;
+    HubPins::for_client(&client, config, Timestamp::now()).map_err(EscrowError::Pins)?;
+    Ok(client)
 }
 
 /// The host's keyring, or why there is none.

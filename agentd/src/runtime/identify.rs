@@ -49,19 +49,8 @@ pub(super) async fn identify(
     let pve = Arc::new(pve_client(config)?);
     let hub = HubClient::with_trust(config.hub.url.clone(), &config.hub.trust)
         .map_err(AgentError::HubClient)?;
-    let hub_pins = hub
-        .pins()
-        .map(|set| {
-            HubPins::open(
-                &config.state_dir,
-                &config.hub.pins,
-                Arc::clone(set),
-                &config.allowed_signers,
-                opened.clock.now(),
-            )
-        })
-        .transpose()
-        .map_err(AgentError::HubPins)?;
+    let hub_pins =
+        HubPins::for_client(&hub, config, opened.clock.now()).map_err(AgentError::HubPins)?;
     let identity = match HostIdentity::load(&config.state_dir).map_err(AgentError::Identity)? {
         Some(identity) => identity,
         None => {

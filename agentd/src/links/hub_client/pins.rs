@@ -211,6 +211,30 @@ impl HubPins {
         Ok(pins)
     }
 
+    /// The pins of `client` widened as the daemon widens them: `config`'s own and the signed
+    /// set journaled in its state directory, verified again against its `allowed_signers` at
+    /// `now`. The daemon and `bosun-agentctl` both open the hub this way, so after a hub key
+    /// rotation the agent followed the operator's tools on the node still reach the hub. `None`
+    /// when a CA, not pins, decides.
+    pub fn for_client(
+        client: &super::client::HubClient,
+        config: &crate::config::AgentConfig,
+        now: Timestamp,
+    ) -> Result<Option<Self>, PinsError> {
+        client
+            .pins()
+            .map(|set| {
+                Self::open(
+                    &config.state_dir,
+                    &config.hub.pins,
+                    Arc::clone(set),
+                    &config.allowed_signers,
+                    now,
+                )
+            })
+            .transpose()
+    }
+
     /// The pins trusted now, sorted.
     pub fn trusted(&self) -> Vec<String> {
         texts(&self.set.pins())
