@@ -246,6 +246,14 @@ impl GuestQueue {
         self.inner.tracker.wait().await;
     }
 
+    /// The guests with an operation queued or running, sorted: what a stop that takes long is
+    /// still waiting for.
+    pub fn busy(&self) -> Vec<GuestKey> {
+        let mut busy: Vec<GuestKey> = self.inner.lines.lock().keys().cloned().collect();
+        busy.sort();
+        busy
+    }
+
     /// Whether an operation for `guest` is queued or running.
     pub fn is_busy(&self, guest: &GuestKey) -> bool {
         self.inner.lines.lock().contains_key(guest)

@@ -138,6 +138,9 @@ pub enum AgentError {
 /// exits all the same (the journal is crash-safe; systemd's stop timeout does not apply).
 const STOP_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// How often a stop that is taking long says what it is still waiting for.
+const STILL_STOPPING: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Handles a running agent exposes (for tests and the local API).
 #[derive(Debug, Clone)]
 pub struct AgentHandles {
@@ -436,7 +439,15 @@ async fn stop(
         tracker.wait().await;
     };
     if !failed {
-        stopped.await;
+        // Every task ends by itself; one that is slow to is named while the stop waits.
+        tokio::pin!(stopped);
+        while tokio::time::timeout(STILL_STOPPING, &mut stopped)
+            .await
+            .is_err()
+        {
+            let guests: Vec<String> = queue.busy().iter().map(ToString::to_string).collect();
+            tracing::warn!(tasks = ?tasks.running(), ?guests, "still stopping: waiting for these tasks and guest operations to end");
+        }
     } else if tokio::time::timeout(STOP_AFTER_FAILURE, stopped)
         .await
         .is_err()

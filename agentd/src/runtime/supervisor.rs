@@ -9,11 +9,13 @@
 //! A task ending after the agent began to stop is no failure; a panic is, whenever it happens.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt as _;
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -64,6 +66,35 @@ pub struct Supervisor {
     tracker: TaskTracker,
     stopping: CancellationToken,
     failure: Arc<watch::Sender<Option<TaskFailure>>>,
+    running: Arc<Mutex<BTreeMap<&'static str, usize>>>,
+}
+
+/// Counts a task as running until it is dropped (when the task ends, however it ends).
+struct Running {
+    task: &'static str,
+    running: Arc<Mutex<BTreeMap<&'static str, usize>>>,
+}
+
+impl Running {
+    fn new(task: &'static str, running: &Arc<Mutex<BTreeMap<&'static str, usize>>>) -> Self {
+        *running.lock().entry(task).or_default() += 1;
+        Self {
+            task,
+            running: Arc::clone(running),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self.running.lock();
+        if let Some(count) = running.get_mut(self.task) {
+            *count -= 1;
+            if *count == 0 {
+                running.remove(self.task);
+            }
+        }
+    }
 }
 
 impl Supervisor {
@@ -75,7 +106,14 @@ impl Supervisor {
             tracker,
             stopping,
             failure: Arc::new(failure),
+            running: Arc::default(),
         }
+    }
+
+    /// The names of the tasks running now, each with how many run under it: what a stop that
+    /// takes long is still waiting for.
+    pub fn running(&self) -> Vec<(&'static str, usize)> {
+        self.running.lock().iter().map(|(t, n)| (*t, *n)).collect()
     }
 
     /// The tracker the tasks run on (shutdown waits on it).
@@ -109,7 +147,9 @@ impl Supervisor {
         // few bytes instead of copying tens of kB through tokio's layers on the stack, whose
         // high-water mark stays resident (docs/benchmarks.md, "Agent core").
         let future = Box::pin(future);
+        let running = Running::new(task, &self.running);
         self.tracker.spawn(async move {
+            let _running = running;
             // The task's state is dropped with it: nothing it leaves behind is used again.
             let failure = match AssertUnwindSafe(future).catch_unwind().await {
                 Ok(()) if lifetime == Lifetime::Once || supervisor.stopping.is_cancelled() => {
@@ -215,6 +255,36 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(supervisor.failure().unwrap().task(), "storage_watcher");
+    }
+
+    #[tokio::test]
+    async fn the_tasks_still_running_are_named_until_they_end() {
+        let (supervisor, stopping) = new_supervisor();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        supervisor.spawn_once("backup_run", async move {
+            let _ = finished.await;
+        });
+        for _ in 0..2 {
+            let stopping = stopping.clone();
+            supervisor.spawn("poll", async move { stopping.cancelled().await });
+        }
+        assert_eq!(supervisor.running(), [("backup_run", 1), ("poll", 2)]);
+        stopping.cancel();
+        let tracker = supervisor.tracker().clone();
+        tracker.close();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while supervisor.running() != [("backup_run", 1)] {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the polls end");
+        done.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), tracker.wait())
+            .await
+            .expect("the one-shot ends");
+        assert!(supervisor.running().is_empty());
+        assert!(supervisor.failure().is_none());
     }
 
     #[tokio::test]
