@@ -378,6 +378,18 @@ async fn a_signed_update_places_and_measures_the_new_controller_and_rolls_back_a
         !alerts.to_string().contains("controller_mismatch"),
         "a lie raised no mismatch: {alerts}"
     );
+    // Nor does a restart of the agent open the door to the lie: the measurement is journaled
+    // (and loaded with the controller records at start).
+    let journaled: Option<String> =
+        rusqlite::Connection::open(files.state_dir.join("journal.sqlite"))
+            .unwrap()
+            .query_row(
+                "SELECT measured FROM controllers WHERE guest_id = ?1",
+                [guest.to_string()],
+                |row| row.get(0),
+            )
+            .unwrap();
+    assert_eq!(journaled.as_deref(), Some(new.as_str()));
 
     // A digest the node's archive does not hash to: nothing placed, rolled back.
     tokio::time::sleep(Duration::from_millis(1100)).await;

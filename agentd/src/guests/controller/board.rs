@@ -4,9 +4,10 @@
 //! controller that went silent).
 //!
 //! The announced digest is mirrored from the journal (`controllers`), loaded at start; health
-//! reports live here only: after a restart the agent waits for the next one. So does the digest
-//! the helper measured of the image archive in each guest at its last restart through the
-//! helper, which the report carries in place of what the controller says (decision 0102).
+//! reports live here only: after a restart the agent waits for the next one. The digest the
+//! helper measured of the image archive in each guest at its last restart through the helper,
+//! which the report carries in place of what the controller says (decision 0102), is journaled
+//! too ([`keep_measurement`]) and loaded with the records.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -107,6 +108,24 @@ impl HealthWait {
     }
 }
 
+/// Keeps what the helper measured of `guest_id`'s controller image on `board` and in the
+/// journal, so a restarted agent still reports the measurement, never the controller's own
+/// word. A journal that cannot write it is logged: the board holds it until the agent stops.
+pub async fn keep_measurement(
+    journal: &crate::ops::journal::JournalHandle,
+    board: &ControllerBoard,
+    guest_id: &str,
+    measured: Option<String>,
+) {
+    board.measured(guest_id, measured.clone());
+    if let Err(e) = journal
+        .controller_measured(guest_id.to_owned(), measured)
+        .await
+    {
+        tracing::warn!(%guest_id, error = %bosun_errchain::error_chain(&e), "could not journal the controller's measurement");
+    }
+}
+
 impl ControllerBoard {
     /// An empty board.
     pub fn new() -> Self {
@@ -125,6 +144,7 @@ impl ControllerBoard {
         for record in records {
             let entry = guests.entry(record.guest_id.clone()).or_default();
             entry.vmid = record.vmid;
+            entry.measured.clone_from(&record.measured);
             entry.announced = Some(Announced {
                 digest: record.digest.clone(),
                 state: record.state,
@@ -290,6 +310,28 @@ mod tests {
 
     const NEW: &str = "sha256:new";
     const OLD: &str = "sha256:old";
+
+    #[tokio::test]
+    async fn a_journaled_measurement_is_loaded_and_kept_over_the_controllers_word() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = crate::ops::journal::JournalHandle::open(
+            &dir.path().join("j.sqlite"),
+            crate::clock::SystemClock::shared(),
+        )
+        .await
+        .unwrap();
+        journal
+            .controller_announce("g".into(), 101, NEW.into(), OpId::new())
+            .await
+            .unwrap();
+        let running = ControllerBoard::new();
+        keep_measurement(&journal, &running, "g", Some(NEW.into())).await;
+        // The agent restarts: a new board from the journal, then the controller's own word.
+        let restarted = ControllerBoard::new();
+        restarted.load(&journal.controllers().await.unwrap());
+        restarted.report("g", 101, OLD.into(), true, None);
+        assert_eq!(restarted.last_measured("g").as_deref(), Some(NEW));
+    }
 
     #[tokio::test]
     async fn only_a_newer_report_of_the_announced_digest_ends_the_wait() {

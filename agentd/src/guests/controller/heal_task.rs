@@ -305,7 +305,7 @@ pub(super) async fn restart_in_place(
     let request = Request::RestartController(RestartController { vmid, image: None });
     let output = helper.call(&request).await.map_err(|e| error_chain(&e))?;
     if let Output::ControllerRestarted { measured, .. } = output {
-        board.measured(guest_id, measured);
+        super::board::keep_measurement(journal, board, guest_id, measured).await;
     }
     Ok(())
 }

@@ -383,7 +383,13 @@ async fn place(ctx: &RolloutContext, rollout: &Rollout) -> Result<(), String> {
             "the helper answered {output:?} to restart_controller"
         ));
     };
-    ctx.board.measured(&rollout.guest_id, measured.clone());
+    super::board::keep_measurement(
+        &ctx.journal,
+        &ctx.board,
+        &rollout.guest_id,
+        measured.clone(),
+    )
+    .await;
     if measured.as_deref() != Some(rollout.digest.as_str()) {
         return Err(format!(
             "the helper measured {} in the guest, not the signed {}",

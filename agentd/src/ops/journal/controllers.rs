@@ -77,6 +77,9 @@ pub struct ControllerRecord {
     pub restarts: u32,
     /// When the record last changed.
     pub updated_at: Timestamp,
+    /// The digest the helper last measured of the controller image in this guest (`None`:
+    /// not measured since the guest was provisioned or recovered, or no image there).
+    pub measured: Option<String>,
 }
 
 /// A snapshot the journal shows operation `taken_by` took of `vmid` (its `snapshot` step ended
@@ -116,8 +119,7 @@ impl OwnSnapshot {
     }
 }
 
-const COLUMNS: &str =
-    "guest_id, vmid, digest, running_digest, state, op_id, restarts, updated_ms FROM controllers";
+const COLUMNS: &str = "guest_id, vmid, digest, running_digest, state, op_id, restarts, updated_ms, measured FROM controllers";
 
 type Row = (
     String,
@@ -128,10 +130,12 @@ type Row = (
     Option<String>,
     u32,
     i64,
+    Option<String>,
 );
 
 fn record(row: Row) -> Result<ControllerRecord, JournalError> {
-    let (guest_id, vmid, digest, running_digest, state, op_id, restarts, updated_ms) = row;
+    let (guest_id, vmid, digest, running_digest, state, op_id, restarts, updated_ms, measured) =
+        row;
     let op_id = match op_id {
         Some(text) => Some(text.parse().map_err(|_| JournalError::Corrupt {
             table: "controllers",
@@ -149,6 +153,7 @@ fn record(row: Row) -> Result<ControllerRecord, JournalError> {
         op_id,
         restarts,
         updated_at: from_ms(updated_ms, "controllers", "updated_ms")?,
+        measured,
     })
 }
 
@@ -297,7 +302,7 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?3, 'running', ?4, 0, ?5)
                  ON CONFLICT (guest_id) DO UPDATE SET vmid = ?2, digest = ?3,
                    running_digest = ?3, state = 'running', op_id = ?4, restarts = 0,
-                   updated_ms = ?5
+                   updated_ms = ?5, measured = NULL
                  WHERE controllers.op_id IS NOT ?4",
                 params![guest_id, vmid, digest, op_id.to_string(), now],
             )
@@ -307,15 +312,34 @@ impl Store {
     }
 
     /// A guest restored by DR onto `vmid` keeps its controller record (the backup holds the
-    /// controller it ran); only the vmid the heal task restarts it at follows the guest.
+    /// controller it ran); only the vmid the heal task restarts it at follows the guest, and
+    /// what was measured in the guest before is forgotten.
     pub fn controller_moved(&mut self, guest_id: &str, vmid: u32) -> Result<(), JournalError> {
         let now = to_ms(self.now());
         self.write("move controller", |tx| {
             tx.execute(
-                "UPDATE controllers SET vmid = ?2, updated_ms = ?3 WHERE guest_id = ?1 AND vmid != ?2",
+                "UPDATE controllers SET vmid = ?2, updated_ms = ?3, measured = NULL
+                 WHERE guest_id = ?1 AND vmid != ?2",
                 params![guest_id, vmid, now],
             )
             .map_err(query_err("move controller"))?;
+            Ok(())
+        })
+    }
+
+    /// The helper measured `digest` of the controller image in `guest_id` (`None`: the guest
+    /// holds no image to measure).
+    pub fn controller_measured(
+        &mut self,
+        guest_id: &str,
+        digest: Option<&str>,
+    ) -> Result<(), JournalError> {
+        self.write("record controller measurement", |tx| {
+            tx.execute(
+                "UPDATE controllers SET measured = ?2 WHERE guest_id = ?1",
+                params![guest_id, digest],
+            )
+            .map_err(query_err("record controller measurement"))?;
             Ok(())
         })
     }
@@ -397,6 +421,9 @@ journal_calls! {
         = |s| s.controller_provisioned(op_id, &guest_id, vmid);
     /// See [`Store::controller_moved`].
     fn controller_moved(guest_id: String, vmid: u32) -> () = |s| s.controller_moved(&guest_id, vmid);
+    /// See [`Store::controller_measured`].
+    fn controller_measured(guest_id: String, digest: Option<String>) -> ()
+        = |s| s.controller_measured(&guest_id, digest.as_deref());
     /// See [`Store::controller_forget`].
     fn controller_forget(guest_id: String, op_id: OpId) -> () = |s| s.controller_forget(&guest_id, op_id);
     /// See [`Store::controllers`].
@@ -538,16 +565,37 @@ mod tests {
                 Some(op)
             )
         );
-        // Replayed, the step leaves what happened since alone.
+        assert_eq!(record.measured, None, "nothing measured in a new guest");
+        // Replayed, the step leaves what happened since alone, the measurement too.
         journal.controller_restarted("g".into()).await.unwrap();
+        journal
+            .controller_measured("g".into(), Some(digest.clone()))
+            .await
+            .unwrap();
         journal
             .controller_provisioned(op, "g".into(), 101)
             .await
             .unwrap();
-        assert_eq!(journal.controllers().await.unwrap()[0].restarts, 1);
-        // A DR restore moves it; a rollback of another operation leaves it.
+        let record = journal.controllers().await.unwrap().remove(0);
+        assert_eq!(
+            (record.restarts, record.measured.as_deref()),
+            (1, Some(digest.as_str()))
+        );
+        // Measured again, the last one counts; replayed on the same vmid, a move keeps it.
+        journal
+            .controller_measured("g".into(), Some("sha256:other".into()))
+            .await
+            .unwrap();
+        journal.controller_moved("g".into(), 101).await.unwrap();
+        assert_eq!(
+            journal.controllers().await.unwrap()[0].measured.as_deref(),
+            Some("sha256:other")
+        );
+        // A DR restore moves it and forgets what was measured in the guest it replaced; a
+        // rollback of another operation leaves it.
         journal.controller_moved("g".into(), 105).await.unwrap();
-        assert_eq!(journal.controllers().await.unwrap()[0].vmid, 105);
+        let record = journal.controllers().await.unwrap().remove(0);
+        assert_eq!((record.vmid, record.measured), (105, None));
         journal
             .controller_forget("g".into(), OpId::new())
             .await

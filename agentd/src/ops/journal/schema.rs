@@ -518,11 +518,17 @@ CREATE TABLE IF NOT EXISTS guest_addresses (
     PRIMARY KEY (guest_id, family)
 ) STRICT;
 "#,
+    // Version 31: the digest the helper last measured of each guest's controller image
+    // (decision 0102), so a restarted agent reports the measurement, never the controller's
+    // own word, until the next one.
+    r#"
+ALTER TABLE controllers ADD COLUMN measured TEXT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 30;
+pub const SCHEMA_VERSION: i64 = 31;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

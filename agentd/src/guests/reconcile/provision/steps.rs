@@ -97,15 +97,19 @@ impl<P: Pve + 'static> Provisioner<P> {
                     })
                     .await?;
                 match (digest, &self.controllers) {
-                    (Some(digest), Some(board)) => board.announce(
-                        &guest_id,
-                        vmid.get(),
-                        Announced {
-                            digest: Some(digest),
-                            state: ControllerState::Running,
-                            op_id: Some(op.op_id()),
-                        },
-                    ),
+                    (Some(digest), Some(board)) => {
+                        // A new guest: nothing was measured in it yet.
+                        board.measured(&guest_id, None);
+                        board.announce(
+                            &guest_id,
+                            vmid.get(),
+                            Announced {
+                                digest: Some(digest),
+                                state: ControllerState::Running,
+                                op_id: Some(op.op_id()),
+                            },
+                        );
+                    }
                     (None, _) => {
                         tracing::info!(%guest_id, vmid = vmid.get(), "the golden archive names no signed controller digest; the guest's controller is not managed");
                     }
@@ -120,6 +124,11 @@ impl<P: Pve + 'static> Provisioner<P> {
                         .map_err(|e| error_chain(&e))
                 })
                 .await?;
+                // The recovered guest runs what its backup held: measured again at its next
+                // restart through the helper, not taken from the guest it replaced.
+                if let Some(board) = &self.controllers {
+                    board.measured(&guest_id, None);
+                }
             }
         }
         Ok(())
