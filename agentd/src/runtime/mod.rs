@@ -161,6 +161,8 @@ pub struct AgentHandles {
     pub local_api: Option<LocalApiEndpoint>,
     /// Where `/metrics` is served, when it is (`[metrics]`).
     pub metrics: Option<SocketAddr>,
+    /// The agent's tasks: which still run ([`Supervisor::running`]).
+    pub tasks: Supervisor,
 }
 
 /// The local API as guests reach it.
@@ -391,6 +393,7 @@ async fn spawn_all(
         host_id,
         local_api: endpoint,
         metrics,
+        tasks: w.tasks.clone(),
     })
 }
 

@@ -522,11 +522,14 @@ impl InProcessAgent {
 
     pub async fn stop(self) {
         self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.task)
-            .await
-            .expect("agent stops within 30 s")
-            .unwrap()
-            .unwrap();
+        let Ok(ended) = tokio::time::timeout(Duration::from_secs(30), self.task).await else {
+            panic!(
+                "the agent did not stop within 30 s; still running: tasks {:?}, guest operations {:?}",
+                self.handles.tasks.running(),
+                self.handles.queue.busy()
+            );
+        };
+        ended.unwrap().unwrap();
     }
 }
 
