@@ -385,6 +385,30 @@ async fn a_signed_restore_bulk_puts_the_recorded_archive_back_and_refuses_what_i
     let written = archives(&stack.dir("backup"), guest);
     assert_eq!(written.len(), 1, "{written:?}");
     let name = written[0].file_name().unwrap().to_str().unwrap().to_owned();
+    // The day before, the scheduler had written the same contents: an older archive the
+    // journal recorded, kept beside the newest (keep_last 2).
+    let older = "bulk-media-2026_01_01-00_00_00.tar";
+    let bytes = std::fs::read(&written[0]).unwrap();
+    std::fs::write(written[0].with_file_name(older), &bytes).unwrap();
+    let record = |name: &str| bosun_agentd::ops::journal::BulkArchived {
+        guest_id: guest.to_string(),
+        volume: "media".into(),
+        target: stack.dir("backup").display().to_string(),
+        name: name.to_owned(),
+        size_bytes: bytes.len() as u64,
+        sha256: Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    };
+    for name in [older, name.as_str()] {
+        agent
+            .handles
+            .journal
+            .record_bulk_archive(record(name), 2)
+            .await
+            .unwrap();
+    }
 
     // The customer breaks the volume: a file overwritten, one removed, one added.
     put(sim, vmid, "/srv/media/notes.txt", b"overwritten\n").await;
@@ -425,7 +449,7 @@ async fn a_signed_restore_bulk_puts_the_recorded_archive_back_and_refuses_what_i
         job_result(hub, host, id).await
     };
     // Hostile or mistaken jobs first: an archive the journal does not hold for this guest's
-    // volume (an older name, a name of another guest's volume), and a volume the plan does
+    // volume (a name it never recorded or no longer keeps), and a volume the plan does
     // not archive. Each is rejected, and the guest is not entered.
     for (extra, why) in [
         (
@@ -515,5 +539,12 @@ async fn a_signed_restore_bulk_puts_the_recorded_archive_back_and_refuses_what_i
             .any(|e| e.event.event == "bulk.restore_failed"),
         "the refused restore is audited"
     );
+
+    // The newest archive is damaged: the operator signs a restore of the one before, by name,
+    // and gets exactly what it held.
+    let result = run(job(&["--volume", "media", "--archive", older])).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(result["output"]["archive"], json!(older), "{result}");
+    assert_eq!(volume(sim, vmid), archived);
     stack.stop().await;
 }

@@ -324,7 +324,7 @@ impl BulkScheduler {
                     size_bytes: done.size,
                     sha256: done.sha256,
                 };
-                if let Err(e) = self.journal.record_bulk_archive(record).await {
+                if let Err(e) = self.journal.record_bulk_archive(record, p.keep_last).await {
                     tracing::error!(error = %error_chain(&e), "could not record a bulk archive");
                 }
             }

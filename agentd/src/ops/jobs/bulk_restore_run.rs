@@ -4,10 +4,11 @@
 //! What is restored is the operator's signed decision (the guest, the volume, optionally the
 //! archive's name); what comes back is what Bosun recorded when the archive was written. The
 //! job names no path, size or digest: the agent takes them from its own journal's
-//! `bulk_archives` row for that guest and volume, and the volume's mount path and the archive's
-//! directory from the verified plan. A job naming an archive the journal does not hold for that
-//! guest and volume (another guest's, an older one, a made-up name), or a volume the plan does
-//! not archive, is refused before anything runs.
+//! record of the archive for that guest and volume (the newest, or the one named among those
+//! the helper still keeps), and the volume's mount path and the archive's directory from the
+//! verified plan. A job naming an archive the journal does not hold for that guest and volume
+//! (another guest's, one pruned, a made-up name), or a volume the plan does not archive, is
+//! refused before anything runs.
 //!
 //! Accepted, the record is journaled in the `accepted` step, the gate is asked
 //! (`RestoreBulkVolume`, covered by a `restore-bulk` signature only) and the helper's
@@ -46,7 +47,7 @@ use crate::data::storage::naming::target_storage_id;
 use crate::data::storage::target::directory_of;
 use crate::guests::queue::GuestKey;
 use crate::links::helper::HelperClient;
-use crate::ops::journal::{AuditEvent, JournalHandle, StepState};
+use crate::ops::journal::{AuditEvent, JournalError, JournalHandle, StepState};
 use crate::ops::operation::{OpJournal, StepName};
 use crate::trust::gate::{Action, JobAuthority, Target};
 use crate::trust::signing::VerifiedSigner;
@@ -174,29 +175,40 @@ impl<P: Pve + 'static> JobFamily<P> for BulkRestoreJobs {
         };
         let params = RestoreBulkParams::from_params(&document.params)
             .map_err(|e| refuse(error_chain(&e)))?;
-        let rows = context
-            .journal
-            .last_bulk_archives()
-            .await
-            .map_err(|e| refuse(format!("the journal is unreadable: {}", error_chain(&e))))?;
+        let unreadable =
+            |e: JournalError| refuse(format!("the journal is unreadable: {}", error_chain(&e)));
         let id = guest_id.to_string();
-        let record = rows
-            .into_iter()
-            .find(|r| r.guest_id == id && r.volume == params.volume)
-            .and_then(|r| r.archive)
-            .map(|(archive, _)| archive);
-        let Some(record) = record else {
-            return Err(refuse(format!(
-                "the journal holds no archive of volume {:?} of guest {guest_id}",
-                params.volume
-            )));
+        let record = match &params.archive {
+            // A named archive: one the journal recorded for this guest's volume and the helper
+            // still keeps (its newest `keep_last`).
+            Some(named) => context
+                .journal
+                .bulk_archive_named(id, params.volume.clone(), named.clone())
+                .await
+                .map_err(unreadable)?
+                .ok_or_else(|| {
+                    refuse(format!(
+                        "the journal holds no archive {named:?} of volume {:?} of guest {guest_id}",
+                        params.volume
+                    ))
+                })?,
+            // None named: the volume's newest.
+            None => context
+                .journal
+                .last_bulk_archives()
+                .await
+                .map_err(unreadable)?
+                .into_iter()
+                .find(|r| r.guest_id == id && r.volume == params.volume)
+                .and_then(|r| r.archive)
+                .map(|(archive, _)| archive)
+                .ok_or_else(|| {
+                    refuse(format!(
+                        "the journal holds no archive of volume {:?} of guest {guest_id}",
+                        params.volume
+                    ))
+                })?,
         };
-        if let Some(named) = params.archive.as_ref().filter(|n| **n != record.name) {
-            return Err(refuse(format!(
-                "the journal holds no archive {named:?} of volume {:?} of guest {guest_id} (its newest is {:?})",
-                params.volume, record.name
-            )));
-        }
         let (path, storage_dir) = setup
             .placed(guest_id, &params.volume, &record.target)
             .map_err(refuse)?;

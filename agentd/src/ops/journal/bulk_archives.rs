@@ -1,6 +1,8 @@
 //! The newest archive and the newest failed attempt of each bulk volume (decision 0090): one
 //! row per (guest, volume), so the report says what protects each volume across restarts and
-//! the bulk scheduler knows when each is due again.
+//! the bulk scheduler knows when each is due again. Beside it, every archive of each volume
+//! the helper still keeps (its newest `keep_last`, by name), which a signed `restore-bulk` may
+//! name (decision 0108).
 
 use std::collections::BTreeSet;
 
@@ -55,11 +57,34 @@ impl LastBulk {
 
 impl Store {
     /// Records an archive written now: it is the volume's newest, and its failure (if any)
-    /// is over.
-    pub fn record_bulk_archive(&mut self, a: &BulkArchived) -> Result<(), JournalError> {
+    /// is over. The volume's history keeps the newest `keep_last` by name, as the helper does
+    /// on the target.
+    pub fn record_bulk_archive(
+        &mut self,
+        a: &BulkArchived,
+        keep_last: u32,
+    ) -> Result<(), JournalError> {
         let now = to_ms(self.now());
         let size = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
         self.write("record bulk archive", |tx| {
+            tx.execute(
+                "INSERT INTO bulk_archive_history
+                     (guest_id, volume, name, target, size_bytes, sha256, archived_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (guest_id, volume, name) DO UPDATE SET
+                     target = excluded.target, size_bytes = excluded.size_bytes,
+                     sha256 = excluded.sha256, archived_ms = excluded.archived_ms",
+                params![a.guest_id, a.volume, a.name, a.target, size, a.sha256, now],
+            )
+            .map_err(query_err("record bulk archive"))?;
+            tx.execute(
+                "DELETE FROM bulk_archive_history WHERE guest_id = ?1 AND volume = ?2
+                   AND name NOT IN (SELECT name FROM bulk_archive_history
+                                    WHERE guest_id = ?1 AND volume = ?2
+                                    ORDER BY name DESC LIMIT ?3)",
+                params![a.guest_id, a.volume, keep_last.max(1)],
+            )
+            .map_err(query_err("record bulk archive"))?;
             tx.execute(
                 "INSERT INTO bulk_archives
                      (guest_id, volume, target, name, size_bytes, sha256, archived_ms,
@@ -150,6 +175,36 @@ impl Store {
             .collect()
     }
 
+    /// The archive `name` of `guest_id`'s `volume`, if the helper still keeps it.
+    pub fn bulk_archive_named(
+        &self,
+        guest_id: &str,
+        volume: &str,
+        name: &str,
+    ) -> Result<Option<BulkArchived>, JournalError> {
+        const WHAT: &str = "read a bulk archive";
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT target, size_bytes, sha256 FROM bulk_archive_history
+                 WHERE guest_id = ?1 AND volume = ?2 AND name = ?3",
+            )
+            .map_err(query_err(WHAT))?;
+        let rows: Vec<(String, i64, String)> =
+            tuple_rows(&mut stmt, params![guest_id, volume, name], WHAT)?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .map(|(target, size, sha256)| BulkArchived {
+                guest_id: guest_id.to_owned(),
+                volume: volume.to_owned(),
+                target,
+                name: name.to_owned(),
+                size_bytes: u64::try_from(size).unwrap_or(0),
+                sha256,
+            }))
+    }
+
     /// Removes the rows of every (guest, volume) not in `keep` (a volume gone from desired
     /// state or from the signed plan): the table stays bounded. Gives how many went.
     pub fn prune_bulk_archives(
@@ -173,6 +228,11 @@ impl Store {
                         params![row.0, row.1],
                     )
                     .map_err(query_err(WHAT))?;
+                tx.execute(
+                    "DELETE FROM bulk_archive_history WHERE guest_id = ?1 AND volume = ?2",
+                    params![row.0, row.1],
+                )
+                .map_err(query_err(WHAT))?;
             }
             Ok(gone)
         })
@@ -181,7 +241,11 @@ impl Store {
 
 journal_calls! {
     /// See [`Store::record_bulk_archive`].
-    fn record_bulk_archive(a: BulkArchived) -> () = |s| s.record_bulk_archive(&a);
+    fn record_bulk_archive(a: BulkArchived, keep_last: u32) -> ()
+        = |s| s.record_bulk_archive(&a, keep_last);
+    /// See [`Store::bulk_archive_named`].
+    fn bulk_archive_named(guest_id: String, volume: String, name: String) -> Option<BulkArchived>
+        = |s| s.bulk_archive_named(&guest_id, &volume, &name);
     /// See [`Store::record_bulk_failure`].
     fn record_bulk_failure(guest_id: String, volume: String, error: String) -> ()
         = |s| s.record_bulk_failure(&guest_id, &volume, &error);

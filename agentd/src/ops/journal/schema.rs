@@ -524,11 +524,31 @@ CREATE TABLE IF NOT EXISTS guest_addresses (
     r#"
 ALTER TABLE controllers ADD COLUMN measured TEXT;
 "#,
+    // Version 32: every bulk archive still on its target (the newest `keep_last` of each
+    // volume, as the helper keeps them), so a signed `restore-bulk` may name an older one
+    // (decision 0108). Seeded with each volume's newest archive.
+    r#"
+CREATE TABLE IF NOT EXISTS bulk_archive_history (
+    guest_id    TEXT NOT NULL,
+    volume      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    size_bytes  INTEGER NOT NULL CHECK (size_bytes >= 0),
+    sha256      TEXT NOT NULL,
+    archived_ms INTEGER NOT NULL,
+    PRIMARY KEY (guest_id, volume, name)
+) STRICT;
+INSERT OR IGNORE INTO bulk_archive_history
+    (guest_id, volume, name, target, size_bytes, sha256, archived_ms)
+    SELECT guest_id, volume, name, target, size_bytes, sha256, archived_ms FROM bulk_archives
+    WHERE name IS NOT NULL AND target IS NOT NULL AND size_bytes IS NOT NULL
+      AND sha256 IS NOT NULL AND archived_ms IS NOT NULL;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 31;
+pub const SCHEMA_VERSION: i64 = 32;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
