@@ -180,8 +180,8 @@ pub const CONTROLLER_UNIT: &str = "bosun-bootstrap.service";
 /// Where `systemctl` lives inside the guest.
 pub const GUEST_SYSTEMCTL: &str = "/usr/bin/systemctl";
 
-/// What `restart_controller` runs after `pct exec <vmid>`: every argument fixed.
-pub const RESTART_CONTROLLER_ARGV: [&str; 4] = ["--", GUEST_SYSTEMCTL, "restart", CONTROLLER_UNIT];
+/// What `restart_controller` runs after `pct exec <vmid> --`: every argument fixed.
+pub const RESTART_CONTROLLER_ARGV: [&str; 3] = [GUEST_SYSTEMCTL, "restart", CONTROLLER_UNIT];
 
 /// Where `restart_controller` places a signed controller image inside the guest and where it
 /// measures the image the guest holds: beside the stamp, a directory no mount point may cover

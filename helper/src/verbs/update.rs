@@ -18,11 +18,12 @@ use bosun_proto::update::{
     UpdateRecord,
 };
 use rustix::fs::{FileType, OFlags};
-use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
 use crate::fsops::{Dir, open_file, open_root};
+
+use super::archive::Hashing;
 
 const STAGING: &str = ".bosun-agentd.staging";
 
@@ -62,31 +63,21 @@ pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperE
     }
     let agent_uid = crate::config::lookup_uid(&config.agent_user, Path::new("/etc/passwd"))
         .map_err(HelperError::Config)?;
-    let mut inbox = open_inbox(&config.update_inbox, agent_uid)?;
+    let inbox = open_inbox(&config.update_inbox, agent_uid)?;
     let (slot, _) = slots.ensure_child(current.other().as_str(), 0o755, false)?;
     let mut out = slot.create(STAGING, 0o755, false)?;
-    let (mut hasher, mut size, mut buf) = (Sha256::new(), 0u64, vec![0u8; 256 * 1024]);
-    let read_err = |source| HelperError::Io("read", config.update_inbox.clone(), source);
-    loop {
-        let n = inbox.read(&mut buf).map_err(read_err)?;
-        size += n as u64;
-        if n == 0 || size > MAX_ARTIFACT_BYTES {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(io_error("write", slot.path.join(STAGING)))?;
-    }
-    out.sync_all()
-        .map_err(io_error("fsync", slot.path.join(STAGING)))?;
-    let sha256 = super::archive::hex(&hasher.finalize());
+    // One byte past the limit tells an oversized artifact from one of exactly the limit.
+    let mut read = Hashing::new((&inbox).take(MAX_ARTIFACT_BYTES + 1));
+    let copied = std::io::copy(&mut read, &mut out).and_then(|_| out.sync_all());
+    copied.map_err(io_error(
+        "copy the update artifact into",
+        slot.path.join(STAGING),
+    ))?;
+    let (sha256, size) = read.digest();
     if sha256 != args.sha256.as_str() || size > MAX_ARTIFACT_BYTES {
         let _ = slot.remove(STAGING);
-        return Err(HelperError::DigestMismatch(
-            "update artifact",
-            args.sha256.to_string(),
-            sha256,
-        ));
+        let (what, signed) = ("update artifact", args.sha256.to_string());
+        return Err(HelperError::DigestMismatch(what, signed, sha256));
     }
     slot.rename(STAGING, SLOT_BINARY, false)?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
