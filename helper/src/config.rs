@@ -189,7 +189,8 @@ pub struct Loaded {
 }
 
 /// Where the configuration of a helper installed at `exe` lives.
-pub fn config_path_for(exe: &Path) -> PathBuf {
+#[cfg(test)]
+pub(crate) fn config_path_for(exe: &Path) -> PathBuf {
     LAYOUT.config_path_for(exe)
 }
 
@@ -228,19 +229,13 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         // Root acts in and runs what these name: nobody else may be able to change
         // them. A missing one is reported when a verb needs it.
         if std::fs::symlink_metadata(value).is_ok() {
-            check_root_controlled(value)?;
+            bosun_rootconf::check_root_controlled(value)?;
         }
     }
     // The agent writes the inbox; what the helper copies from it is checked by hash.
     check_plain_absolute("update_inbox", &config.update_inbox)?;
     let agent_uid = lookup_uid(&config.agent_user, passwd)?;
     Ok(Loaded { config, agent_uid })
-}
-
-/// Refuses `path` unless it and every directory above it are root-controlled
-/// ([`bosun_rootconf::check_root_controlled`]).
-pub(crate) fn check_root_controlled(path: &Path) -> Result<(), ConfigError> {
-    Ok(bosun_rootconf::check_root_controlled(path)?)
 }
 
 fn check_plain_absolute(key: &'static str, value: &Path) -> Result<(), ConfigError> {

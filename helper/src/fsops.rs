@@ -88,8 +88,9 @@ pub fn open_regular(
 /// Opens the root directory `path` with `mode`, creating it when missing; it and its parent
 /// must be root-controlled.
 pub fn ensure_root(path: &Path, mode: u32) -> Result<Dir, HelperError> {
-    let controlled =
-        |p: &Path| crate::config::check_root_controlled(p).map_err(HelperError::Config);
+    let controlled = |p: &Path| {
+        bosun_rootconf::check_root_controlled(p).map_err(|e| HelperError::Config(e.into()))
+    };
     controlled(path.parent().unwrap_or(path))?;
     match rustix::fs::mkdir(path, Mode::from_raw_mode(mode)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}

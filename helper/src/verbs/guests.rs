@@ -57,8 +57,7 @@ impl Admitted<'_> {
 
 /// [`HelperError::NotOurGuest`] for `vmid`.
 pub(crate) fn not_ours(vmid: Vmid, reason: String) -> HelperError {
-    let vmid = vmid.get();
-    HelperError::NotOurGuest(vmid, reason)
+    HelperError::NotOurGuest(vmid.get(), reason)
 }
 
 /// The steps every guest-entering verb takes first (see the module docs).
@@ -162,13 +161,8 @@ pub(crate) fn stamp(
     guest_id: Option<Uuid>,
 ) -> Result<GuestStamp, HelperError> {
     let stamp = GuestStamp::sign(key, guest_id, Uuid::new_v4().into_bytes());
-    push_file(
-        config,
-        vmid,
-        "stamp",
-        stamp.line().as_bytes(),
-        GUEST_STAMP_PATH,
-    )?;
+    let line = stamp.line();
+    push_file(config, vmid, "stamp", line.as_bytes(), GUEST_STAMP_PATH)?;
     Ok(stamp)
 }
 
@@ -191,9 +185,7 @@ pub(crate) fn pull(
     let (args, time) = (["pull", vmid, path, target.as_str()], config.limits.quick);
     match exec::run_into_fifo(&config.programs.pct, &args, &fifo, max + 1, time) {
         Ok((_, kept)) => Ok(Some(kept.bytes)),
-        Err(HelperError::ProgramFailed(.., stderr)) if stderr.contains("failed to open") => {
-            Ok(None)
-        }
+        Err(HelperError::ProgramFailed(.., e)) if e.contains("failed to open") => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -59,14 +59,8 @@ pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, H
         Some(_) => {}
         None => guests::stamp(config, args.vmid, &admitted.key, Some(named)).map(drop)?,
     }
-    let document = args.document.expose_bytes();
-    stage::push_file(
-        config,
-        args.vmid,
-        "bootstrap",
-        document,
-        GUEST_BOOTSTRAP_PATH,
-    )?;
+    let (document, to) = (args.document.expose_bytes(), GUEST_BOOTSTRAP_PATH);
+    stage::push_file(config, args.vmid, "bootstrap", document, to)?;
     Ok(Output::BootstrapPushed {
         vmid: args.vmid,
         destination: GUEST_BOOTSTRAP_PATH.to_owned(),
