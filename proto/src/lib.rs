@@ -86,6 +86,7 @@ pub mod sealed_credential;
 pub mod secret;
 pub mod share;
 pub mod signed;
+pub mod ssh_public_key;
 pub mod tunnel;
 pub mod update;
 pub mod validate;
