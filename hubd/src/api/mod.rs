@@ -7,6 +7,7 @@ pub mod admin_audit;
 pub mod admin_desired;
 pub mod admin_history;
 pub mod admin_hosts;
+pub mod admin_jobs;
 pub mod admin_tokens;
 pub mod agent;
 pub mod artifacts;
