@@ -38,6 +38,7 @@
 
 pub mod admin;
 pub mod adopt;
+pub mod alert_kind;
 pub mod alert_triage;
 pub mod audit_text;
 pub mod bootstrap;
