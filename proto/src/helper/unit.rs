@@ -17,33 +17,33 @@ pub const SOCKET_MODE_ARG: &str = "--socket";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VerbName {
-    /// See [`Request::MountByUuid`].
+    /// See [`Request::MountByUuid`](super::Request::MountByUuid).
     MountByUuid,
-    /// See [`Request::Unmount`].
+    /// See [`Request::Unmount`](super::Request::Unmount).
     Unmount,
-    /// See [`Request::PushBootstrap`].
+    /// See [`Request::PushBootstrap`](super::Request::PushBootstrap).
     PushBootstrap,
-    /// See [`Request::BuildGolden`].
+    /// See [`Request::BuildGolden`](super::Request::BuildGolden).
     BuildGolden,
-    /// See [`Request::SmartStatus`].
+    /// See [`Request::SmartStatus`](super::Request::SmartStatus).
     SmartStatus,
-    /// See [`Request::HashArchive`].
+    /// See [`Request::HashArchive`](super::Request::HashArchive).
     HashArchive,
-    /// See [`Request::RestartController`].
+    /// See [`Request::RestartController`](super::Request::RestartController).
     RestartController,
-    /// See [`Request::ResetGuestIdentity`].
+    /// See [`Request::ResetGuestIdentity`](super::Request::ResetGuestIdentity).
     ResetGuestIdentity,
-    /// See [`Request::RestoreCheck`].
+    /// See [`Request::RestoreCheck`](super::Request::RestoreCheck).
     RestoreCheck,
-    /// See [`Request::BreakGlassOpen`].
+    /// See [`Request::BreakGlassOpen`](super::Request::BreakGlassOpen).
     BreakGlassOpen,
-    /// See [`Request::BreakGlassClose`].
+    /// See [`Request::BreakGlassClose`](super::Request::BreakGlassClose).
     BreakGlassClose,
-    /// See [`Request::StageAgentUpdate`].
+    /// See [`Request::StageAgentUpdate`](super::Request::StageAgentUpdate).
     StageAgentUpdate,
-    /// See [`Request::BulkArchive`].
+    /// See [`Request::BulkArchive`](super::Request::BulkArchive).
     BulkArchive,
-    /// See [`Request::BulkRestore`].
+    /// See [`Request::BulkRestore`](super::Request::BulkRestore).
     BulkRestore,
 }
 
