@@ -27,6 +27,7 @@ use super::admin_jobs::{cancel_job, get_escrow, list_jobs, submit_job};
 use super::caller::{self, Caller};
 use super::error::ApiError;
 use super::extract::{self, Body};
+use super::listing::{list_limit, newest_first};
 use super::{
     admin_alerts as alerts, admin_desired as desired, admin_hosts as hosts, admin_tokens as tokens,
 };
@@ -489,22 +490,4 @@ pub async fn list_events(
         .await?;
     newest_first(&mut events);
     Ok(Json(events))
-}
-
-/// The most rows a listing of things that happened answers (jobs, artifacts, silences,
-/// alerts, events).
-pub const MAX_LISTED: u32 = 10_000;
-
-/// A listing's `?limit=N`: at most `max`, and `max` when not given.
-pub fn list_limit(query: Option<&str>, max: u32) -> Result<u32, ApiError> {
-    Ok(extract::query_number::<u32>(query, "limit")?
-        .unwrap_or(max)
-        .min(max))
-}
-
-/// Every list the admin API answers is newest first (decision 0069). The store reads its
-/// time-ordered rows oldest first (the dashboard's tables are built from them); a listing
-/// handler turns them around here, in one place.
-pub(super) fn newest_first<T>(rows: &mut [T]) {
-    rows.reverse();
 }

@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use bosun_proto::admin::{ErrorBody, JobAccepted, JobCancelled, JobRecord};
 use bosun_proto::job::SignedJob;
 
-use super::admin::{MAX_LISTED, list_limit, newest_first};
 use super::error::ApiError;
 use super::extract::{self, Body};
+use super::listing::{MAX_LISTED, list_limit, newest_first};
 use crate::Hub;
 use crate::store::NewJob;
 

@@ -15,6 +15,7 @@ pub mod caller;
 mod common;
 pub mod error;
 pub mod extract;
+pub mod listing;
 pub mod metrics;
 pub mod openapi;
 
