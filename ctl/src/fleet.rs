@@ -147,7 +147,7 @@ async fn rollout(client: &HubClient, json: bool, args: &RolloutArgs) -> Result<(
         }
     }
     if args.dry_run {
-        let report = crate::fleet_wave::Report::planned(&plan, &waves);
+        let report = crate::fleet_report::Report::planned(&plan, &waves);
         return report.print(json);
     }
     if ask.needs_confirmation() && !plan.targets.is_empty() {

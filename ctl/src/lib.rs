@@ -22,6 +22,7 @@ mod explain_order;
 pub mod fleet;
 pub mod fleet_approve;
 pub mod fleet_plan;
+pub mod fleet_report;
 pub mod fleet_wave;
 pub mod global;
 pub mod golden;

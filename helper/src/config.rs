@@ -38,30 +38,17 @@ pub enum ConfigError {
     #[error(transparent)]
     File(#[from] RootConfError),
     /// A configured path is not absolute or has characters we refuse to pass on.
-    #[error("{key} = {value:?} must be an absolute path of [A-Za-z0-9/._-]")]
-    BadPath {
-        /// The setting.
-        key: &'static str,
-        /// Its value.
-        value: PathBuf,
-    },
+    /// (`.0`: the setting; `.1`: its value)
+    #[error("{0} = {1:?} must be an absolute path of [A-Za-z0-9/._-]")]
+    BadPath(&'static str, PathBuf),
     /// The passwd file could not be read.
-    #[error("reading {path}")]
-    ReadPasswd {
-        /// The path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
+    /// (`.0`: its path; `.1`: cause)
+    #[error("reading {0}")]
+    ReadPasswd(PathBuf, #[source] io::Error),
     /// The agent user does not exist.
-    #[error("agent user {user:?} not found in {passwd}")]
-    NoSuchUser {
-        /// Configured name.
-        user: String,
-        /// Searched file.
-        passwd: PathBuf,
-    },
+    /// (`.0`: the configured name; `.1`: the passwd file searched)
+    #[error("agent user {0:?} not found in {1}")]
+    NoSuchUser(String, PathBuf),
 }
 
 /// Absolute paths of the programs the helper runs.
@@ -202,7 +189,8 @@ pub struct Loaded {
 }
 
 /// Where the configuration of a helper installed at `exe` lives.
-pub fn config_path_for(exe: &Path) -> PathBuf {
+#[cfg(test)]
+pub(crate) fn config_path_for(exe: &Path) -> PathBuf {
     LAYOUT.config_path_for(exe)
 }
 
@@ -241,19 +229,13 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         // Root acts in and runs what these name: nobody else may be able to change
         // them. A missing one is reported when a verb needs it.
         if std::fs::symlink_metadata(value).is_ok() {
-            check_root_controlled(value)?;
+            bosun_rootconf::check_root_controlled(value)?;
         }
     }
     // The agent writes the inbox; what the helper copies from it is checked by hash.
     check_plain_absolute("update_inbox", &config.update_inbox)?;
     let agent_uid = lookup_uid(&config.agent_user, passwd)?;
     Ok(Loaded { config, agent_uid })
-}
-
-/// Refuses `path` unless it and every directory above it are root-controlled
-/// ([`bosun_rootconf::check_root_controlled`]).
-pub(crate) fn check_root_controlled(path: &Path) -> Result<(), ConfigError> {
-    Ok(bosun_rootconf::check_root_controlled(path)?)
 }
 
 fn check_plain_absolute(key: &'static str, value: &Path) -> Result<(), ConfigError> {
@@ -263,16 +245,14 @@ fn check_plain_absolute(key: &'static str, value: &Path) -> Result<(), ConfigErr
         && text
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'/' | b'.' | b'_' | b'-'));
-    let value = value.into();
-    ok.then_some(()).ok_or(ConfigError::BadPath { key, value })
+    ok.then_some(())
+        .ok_or_else(|| ConfigError::BadPath(key, value.into()))
 }
 
 /// Finds `user`'s uid in a passwd file.
 pub fn lookup_uid(user: &str, passwd: &Path) -> Result<u32, ConfigError> {
-    let text = std::fs::read_to_string(passwd).map_err(|source| ConfigError::ReadPasswd {
-        path: passwd.into(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(passwd);
+    let text = text.map_err(|source| ConfigError::ReadPasswd(passwd.into(), source))?;
     text.lines()
         .filter_map(|line| {
             let mut fields = line.split(':');
@@ -281,8 +261,5 @@ pub fn lookup_uid(user: &str, passwd: &Path) -> Result<u32, ConfigError> {
             (name == user).then_some(uid)
         })
         .next()
-        .ok_or_else(|| ConfigError::NoSuchUser {
-            user: user.into(),
-            passwd: passwd.into(),
-        })
+        .ok_or_else(|| ConfigError::NoSuchUser(user.into(), passwd.into()))
 }

@@ -100,17 +100,10 @@ pub enum HelperError {
     #[error("running a program")]
     Exec(#[source] bosun_boundexec::ExecError),
     /// A program ran and failed.
-    #[error("{program} {args:?} exited with {status}: {stderr}")]
-    ProgramFailed {
-        /// Absolute path.
-        program: PathBuf,
-        /// Its arguments.
-        args: Vec<String>,
-        /// Exit status text.
-        status: String,
-        /// Last part of its stderr.
-        stderr: String,
-    },
+    /// (`.0`: absolute path; `.1`: its arguments; `.2`: exit status text; `.3`: the last part
+    /// of its stderr)
+    #[error("{0} {1:?} exited with {2}: {3}")]
+    ProgramFailed(PathBuf, Vec<String>, String, String),
     /// A program's output could not be understood.
     /// (`.0`: absolute path; `.1`: what was wrong)
     #[error("unexpected output from {0}: {1}")]

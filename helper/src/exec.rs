@@ -138,13 +138,14 @@ fn succeeded<S: AsRef<OsStr>>(
     };
     let stderr = ran.stderr.text();
     let tail: Vec<char> = stderr.trim().chars().rev().take(STDERR_TAIL).collect();
-    Err(HelperError::ProgramFailed {
-        program: program.into(),
-        args: args
-            .iter()
-            .map(|a| a.as_ref().to_string_lossy().into_owned())
-            .collect(),
+    let args = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned());
+    let stderr = tail.into_iter().rev().collect();
+    Err(HelperError::ProgramFailed(
+        program.into(),
+        args.collect(),
         status,
-        stderr: tail.into_iter().rev().collect(),
-    })
+        stderr,
+    ))
 }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use bosun_proto::helper::{FsType, MountClass, MountOption};
 use rustix::fs::StatxFlags;
-use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags, Stat, StatxAttributes};
+use rustix::fs::{
+    AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, StatxAttributes,
+};
 use rustix::mount::{
     FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, UnmountFlags, fsconfig_create,
     fsconfig_set_string, fsmount, fsopen, move_mount, unmount,
@@ -24,25 +26,31 @@ pub struct Dir {
     pub path: PathBuf,
 }
 
+/// `openat2` of `name` beneath `dir` (of the absolute `name` when `None`) with `flags`,
+/// refusing a symlink in any component: the one way the helper resolves a path.
+fn open_at(dir: Option<&Dir>, name: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    let links = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let (at, resolve) = match dir {
+        Some(d) => (d.fd.as_fd(), links | ResolveFlags::BENEATH),
+        None => (rustix::fs::CWD, links),
+    };
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat2(at, name, flags, Mode::empty(), resolve)
+}
+
 fn dir_flags(path_only: bool) -> OFlags {
-    let base = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    if path_only {
-        base | OFlags::PATH
+    let how = if path_only {
+        OFlags::PATH
     } else {
-        base | OFlags::RDONLY
-    }
+        OFlags::RDONLY
+    };
+    OFlags::DIRECTORY | how
 }
 
 /// Opens a fixed root (absolute path) refusing symlinks in any component.
 pub fn open_root(path: &Path) -> Result<Dir, HelperError> {
-    let fd = rustix::fs::openat2(
-        rustix::fs::CWD,
-        path,
-        dir_flags(false),
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| HelperError::resolve("open", path, e.into()))?;
+    let fd = open_at(None, path, dir_flags(false));
+    let fd = fd.map_err(|e| HelperError::resolve("open", path, e.into()))?;
     Ok(Dir {
         fd,
         path: path.into(),
@@ -56,27 +64,33 @@ pub fn open_file(
     name: &Path,
     flags: OFlags,
 ) -> Result<(std::fs::File, Stat), HelperError> {
-    let links = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    let (at, resolve, path) = match dir {
-        Some(d) => (
-            d.fd.as_fd(),
-            links | ResolveFlags::BENEATH,
-            d.path.join(name),
-        ),
-        None => (rustix::fs::CWD, links, name.to_path_buf()),
-    };
-    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat2(at, name, flags, Mode::empty(), resolve);
-    let fd = fd.map_err(|e| HelperError::resolve("open", &path, e.into()))?;
-    let stat = rustix::fs::fstat(&fd).map_err(|e| HelperError::resolve("stat", &path, e.into()))?;
+    let path = &dir.map_or_else(|| name.to_path_buf(), |d| d.path.join(name));
+    let failed = |op| move |e: rustix::io::Errno| HelperError::resolve(op, path, e.into());
+    let fd = open_at(dir, name, flags).map_err(failed("open"))?;
+    let stat = rustix::fs::fstat(&fd).map_err(failed("stat"))?;
     Ok((fd.into(), stat))
+}
+
+/// Opens the regular file `name` beneath `dir` read-only, never through a symlink (nor
+/// blocking on a FIFO); anything else is [`HelperError::NotFound`] of `what`.
+pub fn open_regular(
+    dir: &Dir,
+    name: &Path,
+    what: &'static str,
+) -> Result<std::fs::File, HelperError> {
+    let (file, stat) = open_file(Some(dir), name, OFlags::RDONLY | OFlags::NONBLOCK)?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => Ok(file),
+        _ => Err(HelperError::not_found(what, dir.path.join(name).display())),
+    }
 }
 
 /// Opens the root directory `path` with `mode`, creating it when missing; it and its parent
 /// must be root-controlled.
 pub fn ensure_root(path: &Path, mode: u32) -> Result<Dir, HelperError> {
-    let controlled =
-        |p: &Path| crate::config::check_root_controlled(p).map_err(HelperError::Config);
+    let controlled = |p: &Path| {
+        bosun_rootconf::check_root_controlled(p).map_err(|e| HelperError::Config(e.into()))
+    };
     controlled(path.parent().unwrap_or(path))?;
     match rustix::fs::mkdir(path, Mode::from_raw_mode(mode)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
@@ -93,13 +107,7 @@ impl Dir {
     /// Opens the directory `name` directly beneath this one; `Ok(None)` if absent.
     pub fn child(&self, name: &str, path_only: bool) -> Result<Option<Dir>, HelperError> {
         let path = self.path.join(name);
-        match rustix::fs::openat2(
-            &self.fd,
-            name,
-            dir_flags(path_only),
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        ) {
+        match open_at(Some(self), Path::new(name), dir_flags(path_only)) {
             Ok(fd) => Ok(Some(Dir { fd, path })),
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(HelperError::resolve("open", path, e.into())),

@@ -104,7 +104,6 @@ pub fn enter(verb: VerbName) -> Result<CapReport, HelperError> {
     let mask = u64::from_str_radix(&effective_hex, 16).unwrap_or(0);
     let effective = names(&mut caps::all().into_iter().filter(|c| mask & c.bitmask() != 0));
     let no_new_privs = field("NoNewPrivs:") == "1";
-    let (effective_hex, unavailable) = (effective_hex, unavailable);
     Ok(CapReport {
         effective_hex,
         effective,

@@ -72,7 +72,7 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
 
     // The archive holds the recipe's tree.
     let sim = &node.sim;
-    for unit in bosun_helper::verbs::GOLDEN_UNITS {
+    for unit in bosun_proto::helper::recipe::GOLDEN_UNITS {
         let installed = sim
             .archive_file(volid, &format!("/etc/systemd/system/{unit}"))
             .unwrap_or_else(|| panic!("{unit} missing from {volid}"));
@@ -92,7 +92,7 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
         text.contains("\nAuthorizedKeysFile .ssh/authorized_keys /etc/bosun/authorized_keys/%u\n"),
         "{text}"
     );
-    for unit in bosun_helper::verbs::GOLDEN_ENABLED {
+    for unit in bosun_proto::helper::recipe::GOLDEN_ENABLED {
         let target = if unit.ends_with(".path") {
             "paths.target"
         } else {

@@ -1,4 +1,4 @@
-//! The helper must stay small enough to audit in one sitting: at most 2,095 lines of code
+//! The helper must stay small enough to audit in one sitting: at most 2,530 lines of code
 //! (not counting blank lines, comments, or the unit tests in `tests.rs`). The budget was
 //! 1,500 until the break-glass verbs (decision 0020) took about a hundred and
 //! `stage_agent_update` (decision 0018), the one verb that writes a program root's service
@@ -49,10 +49,18 @@
 //! command lines went to `bosun_proto::helper`, and the admission and the walk to the storage
 //! directory are `bulk_archive`'s, shared. The helper alone is now about a hundred over the
 //! 2,000 of issue 44; the budget took 185.
+//!
+//! Then the helper came back under those 2,000 without losing a check: every path resolved by
+//! one `openat2` call with the same flags, every hash through one hashing reader (the update's
+//! copy, the archives, the bulk restore's two passes), `pct exec` of a fixed command written
+//! once on the admitted guest (`Admitted::exec`), each file pushed in one line, the regular-file
+//! check written once, the trial record built by `bosun_proto::update::UpdateRecord::trial`,
+//! and re-exports kept for the unit tests alone compiled only with them. About a hundred and
+//! twenty lines went; the budget gave back a hundred, keeping twenty of margin.
 
 use std::path::Path;
 
-const LIMIT: usize = 2_630;
+const LIMIT: usize = 2_530;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("the sources are readable") {

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::admin::AlertKind;
+use crate::alert_kind::AlertKind;
 use crate::validate::{self, ValidationError};
 
 /// Longest acknowledgement note and silence reason, in bytes.

@@ -30,7 +30,7 @@ pub struct Bootstrap {
     /// (decision 0107); the controller writes them to the guest's Bosun-managed
     /// `authorized_keys`. Absent: no key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ssh_authorized_keys: Vec<crate::break_glass::SshPublicKey>,
+    pub ssh_authorized_keys: Vec<crate::ssh_public_key::SshPublicKey>,
 }
 
 /// An HTTPS endpoint and the SHA-256 fingerprint of its leaf certificate.

@@ -404,7 +404,7 @@ impl DataPlan {
         &self,
         guest_id: Uuid,
         customer_id: &str,
-    ) -> &[crate::break_glass::SshPublicKey] {
+    ) -> &[crate::ssh_public_key::SshPublicKey] {
         self.guest_access
             .iter()
             .find(|a| a.guest_id == guest_id && a.customer_id == customer_id)

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::break_glass::SshPublicKey;
+use crate::ssh_public_key::SshPublicKey;
 use crate::validate::{self, ValidationError};
 
 /// The most keys one guest trusts.

@@ -5,11 +5,12 @@
 //! parses is a request whose arguments are all in range. Unknown verbs, unknown fields,
 //! unknown filesystem types and unknown mount options fail to parse.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 mod bulk;
+mod document;
+mod guest;
+mod mount;
 pub mod recipe;
 pub mod stamp;
 mod types;
@@ -18,72 +19,25 @@ mod unit;
 pub use bulk::{BULK_ARCHIVE_PREFIX, BULK_DIR, BULK_RESTORE_SCRIPT, BULK_TAR_ARGV};
 pub use bulk::{BULK_RESTORE_DIRS, BulkRestoreStep, bulk_restore_argv};
 pub use bulk::{bulk_archive_name, is_bulk_archive_name};
+pub use document::{BootstrapDocument, MAX_BOOTSTRAP_BYTES};
+pub use guest::restore_check_lines;
+pub use guest::{CONTROLLER_UNIT, GUEST_BOOTSTRAP_PATH, GUEST_SYSTEMCTL, RESTART_CONTROLLER_ARGV};
+pub use guest::{GUEST_CONTROLLER_DIGEST, GUEST_CONTROLLER_IMAGE, GUEST_DOCKER};
+pub use guest::{MAX_CONTROLLER_IMAGE_BYTES, RESET_GUEST_IDENTITY_COMMANDS, loaded_image};
+pub use guest::{RESTORE_CHECK_MAX_BYTES, RESTORE_CHECK_MAX_LINE_CHARS, RESTORE_CHECK_MAX_LINES};
+pub use guest::{RESTORE_CHECK_PATH, RESTORE_CHECK_PROBE, SCRATCH_HOSTNAME_PREFIX};
+pub use mount::{FsType, MountClass, MountOption};
 pub use types::{
-    AgentVersion, ArchiveBytes, ArchiveName, ArchiveSeconds, BlockDevice, BootstrapDocument,
-    BridgeName, CheckSeconds, DiskGib, DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef,
-    InvalidArgument, KeepCount, MountIndex, Sha256Hex, StorageDir, StorageId, TargetId,
-    TemplateVolid, Vmid, VolumeName,
+    AgentVersion, ArchiveBytes, ArchiveName, ArchiveSeconds, BlockDevice, BridgeName, CheckSeconds,
+    DiskGib, DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef, InvalidArgument, KeepCount,
+    MountIndex, Sha256Hex, StorageDir, StorageId, TargetId, TemplateVolid, Vmid, VolumeName,
 };
-pub use unit::HelperUnit;
+pub use unit::{HelperUnit, SOCKET_MODE_ARG, VerbName};
 
 /// Largest request the helper reads, in bytes (newline included).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
-/// Largest `bootstrap.json` the helper writes, in bytes.
-pub const MAX_BOOTSTRAP_BYTES: usize = 16 * 1024;
 /// Where the helper is installed; sudoers and the units name exactly this path.
 pub const HELPER_PATH: &str = "/usr/libexec/bosun/bosun-helper";
-/// The argument that selects the socket transport of `bosun-helper@.service`; the other
-/// units' arguments are [`HelperUnit::socket_arg`].
-pub const SOCKET_MODE_ARG: &str = "--socket";
-
-/// Filesystems `mount_by_uuid` accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum FsType {
-    /// ext4
-    Ext4,
-    /// XFS
-    Xfs,
-    /// FAT (removable media)
-    Vfat,
-}
-
-impl FsType {
-    /// The kernel's (and blkid's) name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ext4 => "ext4",
-            Self::Xfs => "xfs",
-            Self::Vfat => "vfat",
-        }
-    }
-}
-
-/// What a storage target holds, which decides its fixed mount flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MountClass {
-    /// Backups and data: `nosuid,nodev,noexec`.
-    Data,
-    /// Guest volumes that must run programs: `nosuid,nodev`.
-    Executable,
-}
-
-/// Extra mount options a caller may ask for; anything else fails to parse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MountOption {
-    /// Read-only.
-    Ro,
-    /// Do not update access times.
-    Noatime,
-    /// Do not update directory access times.
-    Nodiratime,
-    /// Update access times relative to modification times.
-    Relatime,
-}
-
 /// Arguments of `mount_by_uuid`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,10 +64,6 @@ pub struct Unmount {
     /// Unmounts `<mount root>/<target_id>`.
     pub target_id: TargetId,
 }
-
-/// Where `push_bootstrap` puts the document inside the guest (its parent directory
-/// must exist there: the golden image makes it, mode 0700).
-pub const GUEST_BOOTSTRAP_PATH: &str = "/etc/bosun-bootstrap/bootstrap.json";
 
 /// Arguments of `push_bootstrap`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,27 +124,6 @@ pub struct SmartStatus {
     pub device: BlockDevice,
 }
 
-/// The systemd unit the controller runs as inside every guest (the golden image installs it).
-pub const CONTROLLER_UNIT: &str = "bosun-bootstrap.service";
-
-/// Where `systemctl` lives inside the guest.
-pub const GUEST_SYSTEMCTL: &str = "/usr/bin/systemctl";
-
-/// What `restart_controller` runs after `pct exec <vmid>`: every argument fixed.
-pub const RESTART_CONTROLLER_ARGV: [&str; 4] = ["--", GUEST_SYSTEMCTL, "restart", CONTROLLER_UNIT];
-
-/// Where `restart_controller` places a signed controller image inside the guest and where it
-/// measures the image the guest holds: beside the stamp, a directory no mount point may cover
-/// (the guest's own root filesystem) and that the controller's container sees read-only.
-pub const GUEST_CONTROLLER_IMAGE: &str = "/etc/bosun-bootstrap/controller-image.tar";
-/// Where `restart_controller` writes the digest of the image it placed (`sha256:<hex>`): a
-/// controller that cannot switch itself runs by it (decision 0102).
-pub const GUEST_CONTROLLER_DIGEST: &str = "/etc/bosun-bootstrap/controller.digest";
-/// The largest controller image archive the helper places or measures, in bytes.
-pub const MAX_CONTROLLER_IMAGE_BYTES: usize = 256 * 1024 * 1024;
-/// Where `docker` lives inside the guest.
-pub const GUEST_DOCKER: &str = "/usr/bin/docker";
-
 /// Arguments of `restart_controller`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -209,83 +138,12 @@ pub struct RestartController {
     pub image: Option<Sha256Hex>,
 }
 
-/// The image `docker load` says it loaded (`Loaded image: <ref>` or `Loaded image ID:
-/// <id>`, the last such line), when it is a well-formed reference.
-pub fn loaded_image(stdout: &str) -> Option<ImageRef> {
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("Loaded image"))?;
-    let (_, name) = line.split_once(": ")?;
-    ImageRef::new(name.trim().to_owned()).ok()
-}
-
-/// What `reset_guest_identity` runs inside the guest, each command after `pct exec <vmid> --`,
-/// in this order, every argument fixed: the SSH host keys removed and the machine id emptied,
-/// as the golden image leaves them, so the guest's next boot makes its own (systemd writes a
-/// machine id into an empty file; the golden's `bosun-ssh-hostkeys.service` runs
-/// `ssh-keygen -A`). Nothing goes through a shell: `ssh_host_*` is `find`'s own pattern.
-pub const RESET_GUEST_IDENTITY_COMMANDS: [&[&str]; 2] = [
-    &[
-        "/usr/bin/find",
-        "/etc/ssh",
-        "-maxdepth",
-        "1",
-        "-name",
-        "ssh_host_*",
-        "-delete",
-    ],
-    &["/usr/bin/truncate", "-s", "0", "/etc/machine-id"],
-];
-
 /// Arguments of `reset_guest_identity`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResetGuestIdentity {
     /// The guest; it must be running (`pct exec` refuses a stopped container).
     pub vmid: Vmid,
-}
-
-/// Where a guest's controller installs its own restore check: `restore_check` runs this file
-/// (nothing else) inside a restored scratch guest. It exits 0 when the guest's data is whole;
-/// the first lines of what it writes explain a failure.
-pub const RESTORE_CHECK_PATH: &str = "/etc/bosun/restore-check";
-
-/// What `restore_check` runs after `pct exec <vmid> --` to learn whether the check is installed
-/// (exit 0: an executable file; 1: none).
-pub const RESTORE_CHECK_PROBE: [&str; 3] = ["/usr/bin/test", "-x", RESTORE_CHECK_PATH];
-
-/// The hostname the restore test gives every scratch guest, followed by its vmid
-/// (`restore-test-<vmid>`): one of the marks `restore_check` requires.
-pub const SCRATCH_HOSTNAME_PREFIX: &str = "restore-test-";
-
-/// Most bytes of a restore check's output (stdout and stderr together) the helper keeps.
-pub const RESTORE_CHECK_MAX_BYTES: usize = 8 * 1024;
-/// Most lines of a restore check's output an answer carries.
-pub const RESTORE_CHECK_MAX_LINES: usize = 20;
-/// Most characters of one such line.
-pub const RESTORE_CHECK_MAX_LINE_CHARS: usize = 200;
-
-/// The first [`RESTORE_CHECK_MAX_LINES`] lines of a restore check's `output`, each cut to
-/// [`RESTORE_CHECK_MAX_LINE_CHARS`] characters with control characters replaced, trailing
-/// blank lines dropped: the helper answers with these, and the agent bounds what it reads
-/// the same way.
-pub fn restore_check_lines(output: &str) -> Vec<String> {
-    let mut lines: Vec<String> = output
-        .lines()
-        .take(RESTORE_CHECK_MAX_LINES)
-        .map(|line| {
-            line.trim_end()
-                .chars()
-                .take(RESTORE_CHECK_MAX_LINE_CHARS)
-                .map(|c| if crate::inert::is_control(c) { ' ' } else { c })
-                .collect()
-        })
-        .collect();
-    while lines.last().is_some_and(|l: &String| l.trim().is_empty()) {
-        lines.pop();
-    }
-    lines
 }
 
 /// Arguments of `restore_check`.
@@ -306,7 +164,7 @@ pub struct BreakGlassOpen {
     /// The signed job that opens the door (written in the line's comment).
     pub job_id: uuid::Uuid,
     /// The operator's key, canonical.
-    pub key: crate::break_glass::SshPublicKey,
+    pub key: crate::ssh_public_key::SshPublicKey,
     /// When sshd stops accepting the key; the helper refuses a time in the past or more
     /// than 24 hours ahead of its own clock.
     pub expires_at: jiff::Timestamp,
@@ -425,91 +283,6 @@ pub enum Request {
     /// One bulk archive, re-hashed against the digest the agent recorded, extracted by the
     /// guest's own tar into a fresh directory on the volume and swapped in (decision 0108).
     BulkRestore(BulkRestore),
-}
-
-/// The verb names, as they appear on the wire, in sudoers and in audit lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerbName {
-    /// See [`Request::MountByUuid`].
-    MountByUuid,
-    /// See [`Request::Unmount`].
-    Unmount,
-    /// See [`Request::PushBootstrap`].
-    PushBootstrap,
-    /// See [`Request::BuildGolden`].
-    BuildGolden,
-    /// See [`Request::SmartStatus`].
-    SmartStatus,
-    /// See [`Request::HashArchive`].
-    HashArchive,
-    /// See [`Request::RestartController`].
-    RestartController,
-    /// See [`Request::ResetGuestIdentity`].
-    ResetGuestIdentity,
-    /// See [`Request::RestoreCheck`].
-    RestoreCheck,
-    /// See [`Request::BreakGlassOpen`].
-    BreakGlassOpen,
-    /// See [`Request::BreakGlassClose`].
-    BreakGlassClose,
-    /// See [`Request::StageAgentUpdate`].
-    StageAgentUpdate,
-    /// See [`Request::BulkArchive`].
-    BulkArchive,
-    /// See [`Request::BulkRestore`].
-    BulkRestore,
-}
-
-impl VerbName {
-    /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 14] = [
-        Self::MountByUuid,
-        Self::Unmount,
-        Self::PushBootstrap,
-        Self::BuildGolden,
-        Self::SmartStatus,
-        Self::HashArchive,
-        Self::RestartController,
-        Self::ResetGuestIdentity,
-        Self::RestoreCheck,
-        Self::BreakGlassOpen,
-        Self::BreakGlassClose,
-        Self::StageAgentUpdate,
-        Self::BulkArchive,
-        Self::BulkRestore,
-    ];
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MountByUuid => "mount_by_uuid",
-            Self::Unmount => "unmount",
-            Self::PushBootstrap => "push_bootstrap",
-            Self::BuildGolden => "build_golden",
-            Self::SmartStatus => "smart_status",
-            Self::HashArchive => "hash_archive",
-            Self::RestartController => "restart_controller",
-            Self::ResetGuestIdentity => "reset_guest_identity",
-            Self::RestoreCheck => "restore_check",
-            Self::BreakGlassOpen => "break_glass_open",
-            Self::BreakGlassClose => "break_glass_close",
-            Self::StageAgentUpdate => "stage_agent_update",
-            Self::BulkArchive => "bulk_archive",
-            Self::BulkRestore => "bulk_restore",
-        }
-    }
-
-    /// Parses a wire name (e.g. the sudo transport's argument).
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|v| v.as_str() == name)
-    }
-}
-
-impl fmt::Display for VerbName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl Request {

@@ -38,6 +38,7 @@
 
 pub mod admin;
 pub mod adopt;
+pub mod alert_kind;
 pub mod alert_triage;
 pub mod audit_text;
 pub mod bootstrap;
@@ -86,6 +87,7 @@ pub mod sealed_credential;
 pub mod secret;
 pub mod share;
 pub mod signed;
+pub mod ssh_public_key;
 pub mod tunnel;
 pub mod update;
 pub mod validate;

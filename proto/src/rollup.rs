@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::admin::AlertKind;
+use crate::alert_kind::AlertKind;
 
 /// How bad a host is, worst last (so `max` is the roll-up).
 #[derive(

@@ -191,6 +191,32 @@ impl UpdateRecord {
         Ok(())
     }
 
+    /// A fresh trial: `version` (`sha256`) staged by the helper at `staged_at_ms` in the slot
+    /// beside the known good `good`, for the gate to decide.
+    pub fn trial(
+        update_id: Uuid,
+        version: String,
+        sha256: String,
+        good: Slot,
+        staged_at_ms: i64,
+    ) -> Self {
+        Self {
+            schema: RECORD_SCHEMA.into(),
+            update_id,
+            version,
+            sha256,
+            phase: UpdatePhase::Trial,
+            good,
+            trial: good.other(),
+            previous_version: None,
+            staged_at_ms,
+            watch: None,
+            failure: None,
+            detail: None,
+            decided_at_ms: None,
+        }
+    }
+
     /// Whether the gate still has to act on it.
     pub fn open(&self) -> bool {
         matches!(self.phase, UpdatePhase::Trial | UpdatePhase::RollingBack)

@@ -11,12 +11,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bosun_proto::helper::{ArchiveName, HashArchive, Output};
-use rustix::fs::{FileType, OFlags};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
-use crate::error::{HelperError, io_error};
-use crate::fsops::{open_file, open_root};
+use crate::error::HelperError;
+use crate::fsops::{open_regular, open_root};
 
 /// Hashes `<dump_root>/<archive>`, or `<dir>/<archive>` when `dir` lies beneath one of the
 /// backup roots (read beneath that root, so no link leads out of it).
@@ -54,14 +53,9 @@ pub fn hash_file(
     name: &str,
     rate: Option<NonZeroU32>,
 ) -> Result<(String, u64), HelperError> {
-    let (dir, path) = (open_root(root)?, root.join(name));
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK;
-    let (file, stat) = open_file(Some(&dir), Path::new(name), flags)?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        let what = "regular archive file";
-        return Err(HelperError::not_found(what, path.display()));
-    }
-    sha256(file, &path, rate)
+    let dir = open_root(root)?;
+    let file = open_regular(&dir, Path::new(name), "regular archive file")?;
+    sha256(file, &root.join(name), rate)
 }
 
 /// How much is read between two looks at the pace.
@@ -71,23 +65,42 @@ const CHUNK: u64 = 1 << 20;
 /// than `rate` MiB per second when one is given: after each chunk the reader sleeps until
 /// the bytes read so far are due at that rate.
 pub fn sha256(
-    mut file: std::fs::File,
+    file: impl Read,
     path: &Path,
     rate: Option<NonZeroU32>,
 ) -> Result<(String, u64), HelperError> {
-    let (mut hasher, started, mut size) = (Sha256::new(), Instant::now(), 0u64);
-    loop {
-        let mut chunk = (&mut file).take(CHUNK);
-        let n = std::io::copy(&mut chunk, &mut hasher).map_err(io_error("read", path))?;
-        if n == 0 {
-            break;
-        }
-        size = size.saturating_add(n);
-        if let Some(wait) = rate.and_then(|r| due_at(size, r).checked_sub(started.elapsed())) {
+    let (mut read, started) = (Hashing::new(file), Instant::now());
+    let read_err = |e| HelperError::Io("read", path.into(), e);
+    while std::io::copy(&mut (&mut read).take(CHUNK), &mut std::io::sink()).map_err(read_err)? > 0 {
+        if let Some(wait) = rate.and_then(|r| due_at(read.2, r).checked_sub(started.elapsed())) {
             std::thread::sleep(wait);
         }
     }
-    Ok((hex(&hasher.finalize()), size))
+    Ok(read.digest())
+}
+
+/// A reader that hashes what it reads: SHA-256, and how many bytes.
+pub struct Hashing<R>(R, Sha256, u64);
+
+impl<R> Hashing<R> {
+    /// Hashes what `inner` reads.
+    pub fn new(inner: R) -> Self {
+        Self(inner, Sha256::new(), 0)
+    }
+
+    /// The SHA-256 (lowercase hex) and count of every byte read.
+    pub fn digest(self) -> (String, u64) {
+        (hex(&self.1.finalize()), self.2)
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1.update(&buf[..n]);
+        self.2 += n as u64;
+        Ok(n)
+    }
 }
 
 /// When `bytes` are due at `rate` MiB per second, from the start of the read.

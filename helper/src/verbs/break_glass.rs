@@ -12,7 +12,6 @@
 //! and renamed over the old one, so sshd never reads half a line. Closing removes the file.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bosun_proto::break_glass::{BREAK_GLASS_ACCOUNT, MAX_BREAK_GLASS_SECONDS};
@@ -21,10 +20,10 @@ use bosun_proto::helper::{BreakGlassOpen, Output};
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
-use crate::fsops::{self, Dir};
+use crate::fsops;
 
 /// The file's name under the configured root.
-pub const KEYS_FILE: &str = "authorized_keys";
+const KEYS_FILE: &str = "authorized_keys";
 const STAGED: &str = "authorized_keys.new";
 /// How far past 24 hours from the helper's clock a deadline may lie (the call's own delay).
 const SKEW_SECONDS: u64 = 300;
@@ -38,7 +37,9 @@ pub fn open(args: &BreakGlassOpen, config: &Config) -> Result<Output, HelperErro
         let expires_at = args.expires_at.to_string();
         return Err(HelperError::BreakGlassExpiry(expires_at, now));
     }
-    let dir = keys_dir(&config.break_glass_root)?;
+    // 0755: sshd reads the file as the account; like every directory above the file, the root
+    // must be root-controlled (sshd's StrictModes asks the same).
+    let dir = fsops::ensure_root(&config.break_glass_root, 0o755)?;
     let path = dir.path.join(KEYS_FILE);
     let line = authorized_keys_line(&args.key, args.expires_at, args.job_id);
     // A leftover of a helper killed mid-call is never ours to trust: O_EXCL after removing it.
@@ -63,24 +64,15 @@ pub fn close(config: &Config) -> Result<Output, HelperError> {
         .join(KEYS_FILE)
         .display()
         .to_string();
-    let dir = match fsops::open_root(&config.break_glass_root) {
-        Err(HelperError::NotFound(..)) => {
-            return Ok(Output::BreakGlassClosed {
-                path,
-                removed: false,
-            });
+    let removed = match fsops::open_root(&config.break_glass_root) {
+        Err(HelperError::NotFound(..)) => false,
+        dir => {
+            let dir = dir?;
+            let _ = dir.remove(STAGED);
+            let removed = dir.remove(KEYS_FILE)?;
+            rustix::fs::fsync(&dir.fd).map_err(io_error("fsync", &dir.path))?;
+            removed
         }
-        other => other?,
     };
-    let _ = dir.remove(STAGED);
-    let removed = dir.remove(KEYS_FILE)?;
-    rustix::fs::fsync(&dir.fd).map_err(io_error("fsync", &dir.path))?;
     Ok(Output::BreakGlassClosed { path, removed })
-}
-
-/// Opens the root, creating it (0755: sshd reads the file as the account) under its
-/// root-controlled parent when missing; like every directory above the file, it must be
-/// root-controlled (sshd's StrictModes asks the same).
-fn keys_dir(root: &Path) -> Result<Dir, HelperError> {
-    fsops::ensure_root(root, 0o755)
 }

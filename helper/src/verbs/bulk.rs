@@ -29,32 +29,30 @@ use bosun_proto::helper::StorageDir;
 use bosun_proto::helper::{BULK_ARCHIVE_PREFIX, BULK_DIR, BULK_TAR_ARGV, BulkArchive, Output};
 use bosun_proto::helper::{BulkRestore, BulkRestoreStep, bulk_restore_argv};
 use bosun_proto::helper::{GuestPath, Vmid, VolumeName, bulk_archive_name, is_bulk_archive_name};
-use rustix::fs::{FileType, OFlags};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
 use crate::exec;
-use crate::fsops::{Dir, open_file, open_root};
+use crate::fsops::{Dir, open_regular, open_root};
 
-use super::archive::{backup_root, hex, sha256};
+use super::archive::{Hashing, backup_root, sha256};
 use super::guests::{self, Admitted, Scratch};
 
 /// Admits the guest for a verb on its bulk volume at `path`: its stamp bound to `guest_id`
 /// (or unbound), `path` the `mp=` of one of its current mount points.
-fn admit_volume(
-    config: &Config,
+fn admit_volume<'a>(
+    config: &'a Config,
     (vmid, guest_id): (Vmid, Uuid),
     path: &GuestPath,
-) -> Result<Admitted, HelperError> {
+) -> Result<Admitted<'a>, HelperError> {
     let admitted = guests::admit(config, vmid, Scratch::Refuse)?;
     if let Some(bound) = admitted.stamp.guest_id.filter(|g| *g != guest_id) {
         let reason = format!("its stamp is bound to guest {bound}, not {guest_id}");
         return Err(guests::not_ours(vmid, reason));
     }
     let path = path.as_str().trim_end_matches('/');
-    let mounted = guests::entries(&admitted.config)
+    let mounted = guests::entries(&admitted.shown)
         .any(|(key, value)| guests::mount_path(key, value) == Some(path));
     if !mounted {
         return Err(HelperError::not_found("mount point of the guest", path));
@@ -174,29 +172,22 @@ pub fn restore(args: &BulkRestore, config: &Config) -> Result<Output, HelperErro
         let child = dir.child(name, false)?;
         dir = child.ok_or_else(|| HelperError::not_found("bulk directory", name))?;
     }
-    let (file, stat) = open_file(Some(&dir), Path::new(&args.archive), OFlags::RDONLY)?;
+    let file = open_regular(&dir, Path::new(&args.archive), "regular archive file")?;
     let path = dir.path.join(&args.archive);
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(HelperError::not_found(
-            "regular archive file",
-            path.display(),
-        ));
-    }
     let recorded = (args.sha256.as_str(), args.size.get());
     let verified = |what, (digest, read): (String, u64)| match (digest.as_str(), read) {
         got if got == recorded => Ok(digest),
         _ => Err(HelperError::DigestMismatch(what, recorded.0.into(), digest)),
     };
-    let mut read = Hashing((&file).take(recorded.1.saturating_add(1)), Sha256::new(), 0);
-    std::io::copy(&mut read, &mut std::io::sink()).map_err(io_error("read", &path))?;
-    verified("bulk archive", read.digest())?;
+    let read = (&file).take(recorded.1.saturating_add(1));
+    verified("bulk archive", sha256(read, &path, None)?)?;
     rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0)).map_err(io_error("seek", &path))?;
     let limit = Duration::from_secs(u64::from(args.timeout_secs.get()));
     let left = || limit.saturating_sub(started.elapsed());
     let (pct, vmid) = (config.programs.pct.as_path(), args.vmid.to_string());
     let at = (vmid.as_str(), args.path.as_str());
     let step = |step| [&["exec", at.0, "--"][..], &bulk_restore_argv(step, at.1)].concat();
-    let source = (Hashing(file, Sha256::new(), 0), path.as_path());
+    let source = (Hashing::new(file), path.as_path());
     let fed = exec::run_fed(
         (pct, &step(BulkRestoreStep::Extract)),
         source,
@@ -219,23 +210,4 @@ pub fn restore(args: &BulkRestore, config: &Config) -> Result<Output, HelperErro
         sha256: digest,
         size,
     })
-}
-
-/// A reader that hashes what it reads (SHA-256, and how many bytes).
-struct Hashing<R>(R, Sha256, u64);
-
-impl<R> Hashing<R> {
-    /// The SHA-256 (lowercase hex) and count of every byte read.
-    fn digest(self) -> (String, u64) {
-        (hex(&self.1.finalize()), self.2)
-    }
-}
-
-impl<R: Read> Read for Hashing<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.0.read(buf)?;
-        self.1.update(&buf[..n]);
-        self.2 += n as u64;
-        Ok(n)
-    }
 }

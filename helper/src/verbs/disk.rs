@@ -19,25 +19,18 @@ use std::path::Path;
 
 use bosun_proto::helper::DiskSerial;
 
-use crate::error::HelperError;
+use crate::error::{HelperError, io_error};
 
 /// Refuses `device` unless it is a disk `mount_by_uuid` may use.
 pub fn check_mountable(device: &str, serial: &DiskSerial, sysfs: &Path) -> Result<(), HelperError> {
     let refuse = |reason: String| HelperError::DeviceNotAllowed(device.to_owned(), reason);
-    let io = |op, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| HelperError::Io(op, path, source)
-    };
-    let meta = std::fs::metadata(device).map_err(io("looking at", Path::new(device)))?;
+    let meta = std::fs::metadata(device).map_err(io_error("looking at", device))?;
     if !meta.file_type().is_block_device() {
         return Err(refuse("not a block device".into()));
     }
-    let (major, minor) = (
-        rustix::fs::major(meta.rdev()),
-        rustix::fs::minor(meta.rdev()),
-    );
-    let number = format!("{major}:{minor}");
-    let sysfs = std::fs::canonicalize(sysfs).map_err(io("resolving", sysfs))?;
+    let rdev = meta.rdev();
+    let number = format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    let sysfs = std::fs::canonicalize(sysfs).map_err(io_error("resolving", sysfs))?;
     let entry = std::fs::canonicalize(sysfs.join("dev/block").join(&number))
         .map_err(|_| refuse(format!("sysfs knows no block device {number}")))?;
     let disk = match entry.parent() {
@@ -51,35 +44,28 @@ pub fn check_mountable(device: &str, serial: &DiskSerial, sysfs: &Path) -> Resul
             .is_some_and(|n| n.as_encoded_bytes().starts_with(b"usb"))
     });
     if attribute(&disk.join("removable")).as_deref() != Some("1") && !usb {
-        return Err(refuse(format!(
-            "{} is neither removable nor USB-attached",
-            disk.display()
-        )));
+        let why = format!("{} is neither removable nor USB-attached", disk.display());
+        return Err(refuse(why));
     }
     let found = bus_dirs()
         .take_while(|d| d.starts_with(&sysfs) && *d != sysfs)
         .find_map(|d| attribute(&d.join("serial")));
     if found.as_deref() != Some(serial.as_str()) {
-        let found = found.unwrap_or_default();
+        let (found, serial) = (found.unwrap_or_default(), serial.as_str());
         return Err(refuse(format!(
-            "it reports serial {found:?}, not {:?}",
-            serial.as_str()
+            "it reports serial {found:?}, not {serial:?}"
         )));
     }
     let mountinfo = Path::new("/proc/self/mountinfo");
-    let table = std::fs::read_to_string(mountinfo).map_err(io("reading", mountinfo))?;
-    let fields = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
-    match table
-        .lines()
-        .map(fields)
-        .find(|f| f.get(2) == Some(&number))
-    {
-        Some(f) => Err(refuse(format!(
-            "it is mounted already, at {}",
-            f.get(4).map_or("?", String::as_str)
-        ))),
-        None => Ok(()),
-    }
+    let table = std::fs::read_to_string(mountinfo).map_err(io_error("reading", mountinfo))?;
+    // Fields 3 and 5 of a mountinfo line: the mount's major:minor and where it is mounted.
+    let mounted = table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (fields.get(2) == Some(&number.as_str())).then(|| fields.get(4).copied().unwrap_or("?"))
+    });
+    mounted.map_or(Ok(()), |at| {
+        Err(refuse(format!("it is mounted already, at {at}")))
+    })
 }
 
 /// A sysfs attribute, trimmed; `None` when absent, unreadable or empty.

@@ -35,13 +35,6 @@ fn time_limit(step: &Step, limits: &TimeLimits) -> u64 {
     }
 }
 
-fn program(tool: Tool, config: &Config) -> &Path {
-    match tool {
-        Tool::Pct => &config.programs.pct,
-        Tool::Vzdump => &config.programs.vzdump,
-    }
-}
-
 pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError> {
     // Everything the recipe reads from the host must exist before the builder does.
     let inputs = golden_inputs().map(|u| config.golden_dir.join(u));
@@ -67,7 +60,11 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
     let mut archive = None;
     for (i, s) in golden_steps(args, &inputs).into_iter().enumerate() {
         let limit = time_limit(&s, &config.limits);
-        let done = exec::run(program(s.tool, config), &s.args, limit, &[0]).map_err(|err| {
+        let program = match s.tool {
+            Tool::Pct => &config.programs.pct,
+            Tool::Vzdump => &config.programs.vzdump,
+        };
+        let done = exec::run(program, &s.args, limit, &[0]).map_err(|err| {
             if i > 0 {
                 tear_down(config, &vmid);
             }

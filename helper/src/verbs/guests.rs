@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::HelperError;
-use crate::exec;
+use crate::exec::{self, Ran};
 
 use super::stage::{push_file, staging_dir};
 
@@ -36,18 +36,28 @@ pub(crate) enum Scratch {
     Require,
 }
 
-/// A guest a verb may enter: its valid stamp, the key, and its `pct config --current`.
+/// A guest a verb may enter: its valid stamp, the key, its `pct config --current`, its vmid
+/// and the helper's configuration, to run programs inside it ([`Admitted::exec`]).
 #[derive(Debug)]
-pub(crate) struct Admitted {
+pub(crate) struct Admitted<'a> {
     pub stamp: GuestStamp,
     pub key: StampKey,
-    pub config: String,
+    pub shown: String,
+    pub vmid: String,
+    pub config: &'a Config,
+}
+
+impl Admitted<'_> {
+    /// Runs `argv` inside the guest through `pct exec <vmid> --` ([`exec::run`]).
+    pub(crate) fn exec(&self, argv: &[&str], secs: u64, ok: &[i32]) -> Result<Ran, HelperError> {
+        let argv = [&["exec", self.vmid.as_str(), "--"], argv].concat();
+        exec::run(&self.config.programs.pct, &argv, secs, ok)
+    }
 }
 
 /// [`HelperError::NotOurGuest`] for `vmid`.
 pub(crate) fn not_ours(vmid: Vmid, reason: String) -> HelperError {
-    let vmid = vmid.get();
-    HelperError::NotOurGuest(vmid, reason)
+    HelperError::NotOurGuest(vmid.get(), reason)
 }
 
 /// The steps every guest-entering verb takes first (see the module docs).
@@ -55,7 +65,7 @@ pub(crate) fn admit(
     config: &Config,
     vmid: Vmid,
     scratch: Scratch,
-) -> Result<Admitted, HelperError> {
+) -> Result<Admitted<'_>, HelperError> {
     let id = vmid.to_string();
     let args = ["config", id.as_str(), "--current"];
     let shown = exec::run(&config.programs.pct, &args, config.limits.quick, &[0])?;
@@ -75,10 +85,13 @@ pub(crate) fn admit(
             stamp
         }
     };
+    let (vmid, shown) = (id, shown);
     Ok(Admitted {
         stamp,
         key,
-        config: shown,
+        shown,
+        vmid,
+        config,
     })
 }
 
@@ -148,13 +161,8 @@ pub(crate) fn stamp(
     guest_id: Option<Uuid>,
 ) -> Result<GuestStamp, HelperError> {
     let stamp = GuestStamp::sign(key, guest_id, Uuid::new_v4().into_bytes());
-    push_file(
-        config,
-        vmid,
-        "stamp",
-        stamp.line().as_bytes(),
-        GUEST_STAMP_PATH,
-    )?;
+    let line = stamp.line();
+    push_file(config, vmid, "stamp", line.as_bytes(), GUEST_STAMP_PATH)?;
     Ok(stamp)
 }
 
@@ -177,9 +185,7 @@ pub(crate) fn pull(
     let (args, time) = (["pull", vmid, path, target.as_str()], config.limits.quick);
     match exec::run_into_fifo(&config.programs.pct, &args, &fifo, max + 1, time) {
         Ok((_, kept)) => Ok(Some(kept.bytes)),
-        Err(HelperError::ProgramFailed { stderr, .. }) if stderr.contains("failed to open") => {
-            Ok(None)
-        }
+        Err(HelperError::ProgramFailed(.., e)) if e.contains("failed to open") => Ok(None),
         Err(e) => Err(e),
     }
 }

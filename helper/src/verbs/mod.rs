@@ -12,13 +12,12 @@ mod smart;
 mod stage;
 mod update;
 
-pub use bosun_proto::helper::recipe::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS};
-pub use break_glass::KEYS_FILE as BREAK_GLASS_KEYS_FILE;
 #[cfg(test)]
 pub(crate) use disk::check_mountable;
 #[cfg(test)]
 pub(crate) use guests::{Scratch, unsafe_config};
-pub use mount::{BlkidMatch, parse_blkid_export};
+#[cfg(test)]
+pub(crate) use mount::{BlkidMatch, parse_blkid_export};
 #[cfg(test)]
 pub(crate) use pct::reset_guest_identity_argvs;
 

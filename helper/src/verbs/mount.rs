@@ -1,7 +1,5 @@
 //! `mount_by_uuid` (of a disk [`disk`] allows) and `unmount`.
 
-use std::path::Path;
-
 use bosun_proto::helper::{MountByUuid, Output, Unmount};
 
 use super::disk;
@@ -50,7 +48,8 @@ fn plain_device(device: &str) -> bool {
 
 /// Finds the single block device holding filesystem `uuid` by probing every device
 /// (`blkid -c /dev/null`: no cache, no udev).
-fn resolve_uuid(blkid: &Path, uuid: &str, secs: u64) -> Result<BlkidMatch, HelperError> {
+fn resolve_uuid(config: &Config, uuid: &str) -> Result<BlkidMatch, HelperError> {
+    let (blkid, secs) = (config.programs.blkid.as_path(), config.limits.quick);
     let token = format!("UUID={uuid}");
     // blkid exits 2 when nothing matches.
     let args = ["-c", "/dev/null", "-o", "export", "-t", token.as_str()];
@@ -86,11 +85,7 @@ pub fn mount_by_uuid(args: &MountByUuid, config: &Config) -> Result<Output, Help
             "already a mount point",
         ));
     }
-    let device = resolve_uuid(
-        &config.programs.blkid,
-        args.uuid.as_str(),
-        config.limits.quick,
-    )?;
+    let device = resolve_uuid(config, args.uuid.as_str())?;
     disk::check_mountable(&device.device, &args.serial, &config.sysfs_root)?;
     if device.fstype.as_deref() != Some(args.fstype.as_str()) {
         return Err(HelperError::FsTypeMismatch(

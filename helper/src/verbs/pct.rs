@@ -41,7 +41,7 @@ use crate::exec;
 
 use super::archive::hex;
 use super::golden::signed_image;
-use super::guests::{self, Scratch};
+use super::guests::{self, Admitted, Scratch};
 use super::stage;
 
 /// Writes the document into the guest it names, once [`guests::admit`] took the guest and its
@@ -59,14 +59,8 @@ pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, H
         Some(_) => {}
         None => guests::stamp(config, args.vmid, &admitted.key, Some(named)).map(drop)?,
     }
-    let document = args.document.expose_bytes();
-    stage::push_file(
-        config,
-        args.vmid,
-        "bootstrap",
-        document,
-        GUEST_BOOTSTRAP_PATH,
-    )?;
+    let (document, to) = (args.document.expose_bytes(), GUEST_BOOTSTRAP_PATH);
+    stage::push_file(config, args.vmid, "bootstrap", document, to)?;
     Ok(Output::BootstrapPushed {
         vmid: args.vmid,
         destination: GUEST_BOOTSTRAP_PATH.to_owned(),
@@ -76,16 +70,15 @@ pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, H
 /// Restarts the controller's unit inside the running guest, first placing the signed image
 /// when one is named (see the module docs), and measures the image archive the guest holds.
 pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Output, HelperError> {
-    guests::admit(config, a.vmid, Scratch::Refuse)?;
+    let guest = guests::admit(config, a.vmid, Scratch::Refuse)?;
     let (vmid, pct, max) = (a.vmid.to_string(), &config.programs.pct, MAX_IMAGE);
     let signed = a.image.as_ref().map(|s| format!("sha256:{s}"));
     if let (Some(sha256), Some(d)) = (&a.image, &signed) {
-        place_image(config, &vmid, sha256)?;
+        place_image(&guest, sha256)?;
         let (digest, to) = (format!("{d}\n"), GUEST_CONTROLLER_DIGEST);
         stage::push_file(config, a.vmid, "digest", digest.as_bytes(), to)?;
     }
-    let argv = ["exec", &vmid].into_iter().chain(RESTART_CONTROLLER_ARGV);
-    exec::run(pct, &argv.collect::<Vec<_>>(), config.limits.restart, &[0])?;
+    guest.exec(&RESTART_CONTROLLER_ARGV, config.limits.restart, &[0])?;
     let pulled = guests::pull(config, &vmid, IMAGE, max)?;
     let hash = |b: &Vec<u8>| format!("sha256:{}", hex(&Sha256::digest(b)));
     let measured = pulled.as_ref().map(hash);
@@ -106,21 +99,20 @@ pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Outp
     Err(HelperError::ProgramOutput(pct.clone(), what))
 }
 
-/// Pushes the helper's controller image archive, once it hashes to `sha256`, into guest `vmid`
+/// Pushes the helper's controller image archive, once it hashes to `sha256`, into the guest
 /// and has the guest's Docker load it and tag it as the image its unit runs.
-fn place_image(config: &Config, vmid: &str, sha256: &Sha256Hex) -> Result<(), HelperError> {
+fn place_image(guest: &Admitted<'_>, sha256: &Sha256Hex) -> Result<(), HelperError> {
+    let config = guest.config;
     let source = signed_image(config, sha256)?.to_string_lossy();
     let (pct, time, source) = (&config.programs.pct, config.limits.packages, &*source);
-    let push = ["push", vmid, source, IMAGE, "--perms", "0600"];
+    let push = ["push", &guest.vmid, source, IMAGE, "--perms", "0600"];
     exec::run(pct, &push, time, &[0])?;
-    let load = ["exec", vmid, "--", DOCKER, "load", "--input", IMAGE];
-    let loaded = exec::run(pct, &load, time, &[0])?.stdout.text();
+    let loaded = guest.exec(&[DOCKER, "load", "--input", IMAGE], time, &[0])?;
     let unnamed = "docker load named no image it loaded";
     let none = || HelperError::ProgramOutput(pct.clone(), unnamed.to_owned());
-    let image = loaded_image(&loaded).ok_or_else(none)?;
-    let (image, golden) = (image.as_str(), GOLDEN_IMAGE_TAG);
-    let tag = ["exec", vmid, "--", DOCKER, "tag", image, golden];
-    exec::run(pct, &tag, config.limits.quick, &[0]).map(drop)
+    let image = loaded_image(&loaded.stdout.text()).ok_or_else(none)?;
+    let tag = [DOCKER, "tag", image.as_str(), GOLDEN_IMAGE_TAG];
+    guest.exec(&tag, config.limits.quick, &[0]).map(drop)
 }
 
 /// The `pct` argument vectors of `reset_guest_identity` for `vmid`, in order.
@@ -153,12 +145,9 @@ pub fn reset_guest_identity(
 /// Runs the guest's own restore check in a restore test's scratch guest (see the module docs).
 pub fn restore_check(a: &RestoreCheck, config: &Config) -> Result<Output, HelperError> {
     let (pct, vmid) = (&config.programs.pct, a.vmid.to_string());
-    guests::admit(config, a.vmid, Scratch::Require)?;
-    let probe: Vec<&str> = ["exec", &vmid, "--"]
-        .into_iter()
-        .chain(RESTORE_CHECK_PROBE)
-        .collect();
-    let installed = exec::run(pct, &probe, config.limits.quick, &[0, 1])?.code() == Some(0);
+    let guest = guests::admit(config, a.vmid, Scratch::Require)?;
+    let probe = guest.exec(&RESTORE_CHECK_PROBE, config.limits.quick, &[0, 1])?;
+    let installed = probe.code() == Some(0);
     let limits = exec::Limits {
         time: Duration::from_secs(u64::from(a.timeout_secs.get())),
         keep: RESTORE_CHECK_MAX_BYTES,

@@ -51,11 +51,11 @@ pub(crate) fn staging_dir(root: &std::path::Path) -> Result<Dir, HelperError> {
     fsops::ensure_root(root, 0o700)
 }
 
-/// A staged copy of the document, removed when dropped.
+/// A staged copy of the document, removed when dropped (again, after [`Staged::remove`]: a
+/// name already gone is no error).
 pub(crate) struct Staged {
     dir: Dir,
     name: String,
-    removed: bool,
 }
 
 impl Staged {
@@ -64,11 +64,7 @@ impl Staged {
         // A leftover of a helper killed mid-call with the same pid: never ours to trust.
         dir.remove(&name)?;
         let mut file = dir.create(&name, 0o600, true)?;
-        let staged = Staged {
-            dir,
-            name,
-            removed: false,
-        };
+        let staged = Staged { dir, name };
         file.write_all(bytes).map_err(io_error("write", &path))?;
         Ok(staged)
     }
@@ -77,16 +73,13 @@ impl Staged {
         self.dir.path.join(&self.name)
     }
 
-    fn remove(mut self) -> Result<(), HelperError> {
-        self.removed = true;
+    fn remove(self) -> Result<(), HelperError> {
         self.dir.remove(&self.name).map(drop)
     }
 }
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if !self.removed {
-            let _ = self.dir.remove(&self.name);
-        }
+        let _ = self.dir.remove(&self.name);
     }
 }

@@ -13,36 +13,25 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use bosun_proto::helper::{Output, StageAgentUpdate};
-use bosun_proto::update::{
-    CURRENT_LINK, MAX_ARTIFACT_BYTES, RECORD_FILE, RECORD_SCHEMA, SLOT_BINARY, Slot, UpdatePhase,
-    UpdateRecord,
-};
+use bosun_proto::update::{CURRENT_LINK, MAX_ARTIFACT_BYTES, RECORD_FILE, SLOT_BINARY};
+use bosun_proto::update::{Slot, UpdatePhase, UpdateRecord};
 use rustix::fs::{FileType, OFlags};
-use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::error::{HelperError, io_error};
 use crate::fsops::{Dir, open_file, open_root};
 
-const STAGING: &str = ".bosun-agentd.staging";
+use super::archive::Hashing;
 
-fn conflict(detail: String) -> HelperError {
-    HelperError::UpdateConflict(detail)
-}
+const STAGING: &str = ".bosun-agentd.staging";
 
 /// Stages the inbox file as `args.version` if it hashes to `args.sha256`.
 pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperError> {
     let slots = open_root(&config.slots_root)?;
-    let link = rustix::fs::readlinkat(&slots.fd, CURRENT_LINK, Vec::new());
-    let name = link
-        .map(|t| t.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let current = Slot::parse(&name).ok_or_else(|| {
-        conflict(format!(
-            "{CURRENT_LINK} in {} names no slot",
-            slots.path.display()
-        ))
-    })?;
+    let link = rustix::fs::readlinkat(&slots.fd, CURRENT_LINK, Vec::new()).unwrap_or_default();
+    let no_slot = || format!("{CURRENT_LINK} in {} names no slot", slots.path.display());
+    let current = Slot::parse(&link.to_string_lossy());
+    let current = current.ok_or_else(|| HelperError::UpdateConflict(no_slot()))?;
     if let Some(rec) = read_record(&slots)? {
         let same = rec.update_id == args.update_id && rec.sha256 == args.sha256.as_str();
         if same && rec.phase == UpdatePhase::Trial && rec.trial == current {
@@ -54,62 +43,38 @@ pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperE
             } else {
                 "already decided"
             };
-            return Err(conflict(format!(
-                "update {} ({}) is {state}",
-                rec.update_id, rec.version
-            )));
+            let (id, version) = (rec.update_id, &rec.version);
+            let conflict = format!("update {id} ({version}) is {state}");
+            return Err(HelperError::UpdateConflict(conflict));
         }
     }
     let agent_uid = crate::config::lookup_uid(&config.agent_user, Path::new("/etc/passwd"))
         .map_err(HelperError::Config)?;
-    let mut inbox = open_inbox(&config.update_inbox, agent_uid)?;
+    let inbox = open_inbox(&config.update_inbox, agent_uid)?;
     let (slot, _) = slots.ensure_child(current.other().as_str(), 0o755, false)?;
     let mut out = slot.create(STAGING, 0o755, false)?;
-    let (mut hasher, mut size, mut buf) = (Sha256::new(), 0u64, vec![0u8; 256 * 1024]);
-    let read_err = |source| HelperError::Io("read", config.update_inbox.clone(), source);
-    loop {
-        let n = inbox.read(&mut buf).map_err(read_err)?;
-        size += n as u64;
-        if n == 0 || size > MAX_ARTIFACT_BYTES {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(io_error("write", slot.path.join(STAGING)))?;
-    }
-    out.sync_all()
-        .map_err(io_error("fsync", slot.path.join(STAGING)))?;
-    let sha256 = super::archive::hex(&hasher.finalize());
+    // One byte past the limit tells an oversized artifact from one of exactly the limit.
+    let mut read = Hashing::new((&inbox).take(MAX_ARTIFACT_BYTES + 1));
+    let copied = std::io::copy(&mut read, &mut out).and_then(|_| out.sync_all());
+    copied.map_err(io_error(
+        "copy the update artifact into",
+        slot.path.join(STAGING),
+    ))?;
+    let (sha256, size) = read.digest();
     if sha256 != args.sha256.as_str() || size > MAX_ARTIFACT_BYTES {
         let _ = slot.remove(STAGING);
-        return Err(HelperError::DigestMismatch(
-            "update artifact",
-            args.sha256.to_string(),
-            sha256,
-        ));
+        let (what, signed) = ("update artifact", args.sha256.to_string());
+        return Err(HelperError::DigestMismatch(what, signed, sha256));
     }
     slot.rename(STAGING, SLOT_BINARY, false)?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    let record = UpdateRecord {
-        schema: RECORD_SCHEMA.into(),
-        update_id: args.update_id,
-        version: args.version.to_string(),
-        sha256,
-        phase: UpdatePhase::Trial,
-        good: current,
-        trial: current.other(),
-        previous_version: None,
-        staged_at_ms: now.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-        watch: None,
-        failure: None,
-        detail: None,
-        decided_at_ms: None,
-    };
+    let now = now.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let version = args.version.to_string();
+    let record = UpdateRecord::trial(args.update_id, version, sha256, current, now);
     let text = serde_json::to_vec_pretty(&record).unwrap_or_default();
     let mut file = slots.create(".update.json.new", 0o644, false)?;
-    file.write_all(&text)
-        .and_then(|()| file.sync_all())
-        .map_err(io_error("write", slots.path.join(RECORD_FILE)))?;
+    let written = file.write_all(&text).and_then(|()| file.sync_all());
+    written.map_err(io_error("write", slots.path.join(RECORD_FILE)))?;
     slots.rename(".update.json.new", RECORD_FILE, false)?;
     slots.remove(".current.new")?;
     rustix::fs::symlinkat(record.trial.as_str(), &slots.fd, ".current.new")
@@ -139,7 +104,7 @@ fn read_record(slots: &Dir) -> Result<Option<UpdateRecord>, HelperError> {
     let mut text = Vec::new();
     let read = file.take(64 * 1024).read_to_end(&mut text);
     read.map_err(io_error("read", slots.path.join(RECORD_FILE)))?;
-    let unreadable = |e: serde_json::Error| conflict(format!("{RECORD_FILE} is unreadable: {e}"));
+    let unreadable = |e| HelperError::UpdateConflict(format!("{RECORD_FILE} is unreadable: {e}"));
     serde_json::from_slice(&text).map(Some).map_err(unreadable)
 }
 

@@ -101,7 +101,7 @@ pub async fn list_silences(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<Silence>>, ApiError> {
-    let limit = super::admin::list_limit(query.as_deref(), super::admin::MAX_LISTED)?;
+    let limit = super::listing::list_limit(query.as_deref(), super::listing::MAX_LISTED)?;
     let now_ms = hub.clock().now_ms();
     let mut silences = hub
         .store_call(move |store| store.list_silences(now_ms, limit))

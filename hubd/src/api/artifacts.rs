@@ -94,7 +94,7 @@ pub async fn list_artifacts(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<ArtifactInfo>>, ApiError> {
-    let limit = super::admin::list_limit(query.as_deref(), super::admin::MAX_LISTED)?;
+    let limit = super::listing::list_limit(query.as_deref(), super::listing::MAX_LISTED)?;
     Ok(Json(
         hub.store_call(move |store| store.list_artifacts(limit))
             .await?,

@@ -7,6 +7,7 @@ pub mod admin_audit;
 pub mod admin_desired;
 pub mod admin_history;
 pub mod admin_hosts;
+pub mod admin_jobs;
 pub mod admin_tokens;
 pub mod agent;
 pub mod artifacts;
@@ -14,6 +15,7 @@ pub mod caller;
 mod common;
 pub mod error;
 pub mod extract;
+pub mod listing;
 pub mod metrics;
 pub mod openapi;
 

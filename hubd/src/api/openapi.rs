@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use bosun_proto::operator_token::Role;
 
-use super::{admin, admin_desired, agent};
+use super::{admin, admin_desired, admin_jobs, agent};
 
 /// The security scheme of the agent routes: the host API key from enrollment.
 pub const HOST_KEY_SCHEME: &str = "host_key";
@@ -65,10 +65,10 @@ pub const ROLE_EXTENSION: &str = "x-bosun-role";
         admin_desired::get_desired,
         admin_desired::desired_status,
         admin_desired::list_operations,
-        admin::submit_job,
-        admin::list_jobs,
-        admin::cancel_job,
-        admin::get_escrow,
+        admin_jobs::submit_job,
+        admin_jobs::list_jobs,
+        admin_jobs::cancel_job,
+        admin_jobs::get_escrow,
         admin::list_alerts,
         admin::list_open_alerts,
         super::admin_alerts::ack_alert,

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::codec::parse;
 use super::codec::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::host_key_rotation::HostKeyFacts;
-use super::poll_report::HostFacts;
+use super::host_row::HostFacts;
 use super::tx::Tx;
 use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
 

@@ -28,6 +28,7 @@ pub mod history;
 pub mod host_key_rotation;
 pub mod host_profile;
 mod host_removal;
+mod host_row;
 mod hosts;
 pub mod hub_keys;
 pub mod id_lookup;
@@ -41,6 +42,7 @@ mod restored;
 pub mod retention;
 pub mod sqlite;
 mod stored_report;
+mod sweep;
 mod watch;
 
 pub use artifact_files::ARTIFACTS_DIR;

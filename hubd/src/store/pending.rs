@@ -7,7 +7,7 @@ use rusqlite::params;
 
 use super::StoreResult;
 use super::codec::{signed, unsigned};
-use super::poll_report::Pending;
+use super::host_row::Pending;
 use super::tx::{Dialect, Row, Tx};
 
 /// The desired generation, its document (unless known) and correlation id.

@@ -122,10 +122,10 @@ fn sweeps_never_sort_and_the_backup_sweep_reads_its_index() {
     for (sql, how) in [
         // The dead-man's sweep reads every host row, once per sweep, on a read connection: an
         // index on when hosts were last seen would be moved by every poll instead.
-        (super::hosts::LIVENESS_SQL, "SCAN hosts"),
+        (super::sweep::LIVENESS_SQL, "SCAN hosts"),
         // How many hosts it watches is one row of `meta`, kept by the writer's triggers.
         (
-            super::hosts::monitored_sql(super::tx::Dialect::Sqlite),
+            super::sweep::monitored_sql(super::tx::Dialect::Sqlite),
             "SEARCH meta",
         ),
         // The backup sweep reads the hosts due from their index.

@@ -49,7 +49,7 @@ pub(crate) async fn page(
         .store_call(move |store| {
             Ok(HostView {
                 detail: crate::health::host(store, host_id, now_ms)?.0,
-                jobs: store.list_jobs(host_id, crate::api::admin::MAX_LISTED)?,
+                jobs: store.list_jobs(host_id, crate::api::listing::MAX_LISTED)?,
                 events: store.list_events(EventQuery {
                     host_id: Some(host_id),
                     after: None,

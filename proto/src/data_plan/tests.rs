@@ -281,7 +281,7 @@ fn access(guest: u128, customer: &str, keys: &[&str]) -> crate::guest_access::Gu
         customer_id: customer.into(),
         ssh_keys: keys
             .iter()
-            .map(|k| crate::break_glass::SshPublicKey::new(k).unwrap())
+            .map(|k| crate::ssh_public_key::SshPublicKey::new(k).unwrap())
             .collect(),
     }
 }

@@ -5,7 +5,98 @@
 //! helper refuses a verb that arrives at another unit's socket. The agent picks the socket
 //! from the verb ([`HelperUnit::of`]); the sudo route (an agent outside systemd) has no unit.
 
-use super::{SOCKET_MODE_ARG, VerbName};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The argument that selects the socket transport of `bosun-helper@.service`; the other
+/// units' arguments are [`HelperUnit::socket_arg`].
+pub const SOCKET_MODE_ARG: &str = "--socket";
+
+/// The verb names, as they appear on the wire, in sudoers and in audit lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerbName {
+    /// See [`Request::MountByUuid`](super::Request::MountByUuid).
+    MountByUuid,
+    /// See [`Request::Unmount`](super::Request::Unmount).
+    Unmount,
+    /// See [`Request::PushBootstrap`](super::Request::PushBootstrap).
+    PushBootstrap,
+    /// See [`Request::BuildGolden`](super::Request::BuildGolden).
+    BuildGolden,
+    /// See [`Request::SmartStatus`](super::Request::SmartStatus).
+    SmartStatus,
+    /// See [`Request::HashArchive`](super::Request::HashArchive).
+    HashArchive,
+    /// See [`Request::RestartController`](super::Request::RestartController).
+    RestartController,
+    /// See [`Request::ResetGuestIdentity`](super::Request::ResetGuestIdentity).
+    ResetGuestIdentity,
+    /// See [`Request::RestoreCheck`](super::Request::RestoreCheck).
+    RestoreCheck,
+    /// See [`Request::BreakGlassOpen`](super::Request::BreakGlassOpen).
+    BreakGlassOpen,
+    /// See [`Request::BreakGlassClose`](super::Request::BreakGlassClose).
+    BreakGlassClose,
+    /// See [`Request::StageAgentUpdate`](super::Request::StageAgentUpdate).
+    StageAgentUpdate,
+    /// See [`Request::BulkArchive`](super::Request::BulkArchive).
+    BulkArchive,
+    /// See [`Request::BulkRestore`](super::Request::BulkRestore).
+    BulkRestore,
+}
+
+impl VerbName {
+    /// Every verb, in declaration order.
+    pub const ALL: [VerbName; 14] = [
+        Self::MountByUuid,
+        Self::Unmount,
+        Self::PushBootstrap,
+        Self::BuildGolden,
+        Self::SmartStatus,
+        Self::HashArchive,
+        Self::RestartController,
+        Self::ResetGuestIdentity,
+        Self::RestoreCheck,
+        Self::BreakGlassOpen,
+        Self::BreakGlassClose,
+        Self::StageAgentUpdate,
+        Self::BulkArchive,
+        Self::BulkRestore,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MountByUuid => "mount_by_uuid",
+            Self::Unmount => "unmount",
+            Self::PushBootstrap => "push_bootstrap",
+            Self::BuildGolden => "build_golden",
+            Self::SmartStatus => "smart_status",
+            Self::HashArchive => "hash_archive",
+            Self::RestartController => "restart_controller",
+            Self::ResetGuestIdentity => "reset_guest_identity",
+            Self::RestoreCheck => "restore_check",
+            Self::BreakGlassOpen => "break_glass_open",
+            Self::BreakGlassClose => "break_glass_close",
+            Self::StageAgentUpdate => "stage_agent_update",
+            Self::BulkArchive => "bulk_archive",
+            Self::BulkRestore => "bulk_restore",
+        }
+    }
+
+    /// Parses a wire name (e.g. the sudo transport's argument).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == name)
+    }
+}
+
+impl fmt::Display for VerbName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One of the helper's socket-activated units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,7 +9,8 @@ use super::super::operator_tokens::INIT_TOKEN_NAME;
 use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::tx::Tx;
 use super::super::{
-    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange, hosts, watch,
+    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange, hosts, sweep,
+    watch,
 };
 use super::conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::{PRUNE_SLICE, PgStore, SWEEP_SLICE, listen, retryable};
@@ -180,11 +181,11 @@ impl Backend for PgStore {
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
         // No lock on the table: each host's change is guarded on the poll the plan saw
-        // (`hosts::apply_sweep`), so a poll landing meanwhile wins and the others' polls never
+        // (`sweep::apply_sweep`), so a poll landing meanwhile wins and the others' polls never
         // wait for a sweep.
         let swept = self.as_sweeper("sweep", |tx| {
             let (rows, monitored, suspicion_open) =
-                hosts::liveness(tx.into(), now_ms, config.grace_factor)?;
+                sweep::liveness(tx.into(), now_ms, config.grace_factor)?;
             let plan = crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
             if plan.changes.is_empty()
                 && plan.alerts.is_empty()
@@ -192,7 +193,7 @@ impl Backend for PgStore {
             {
                 return Ok(Vec::new());
             }
-            hosts::apply_sweep(tx.into(), &plan, now_ms)
+            sweep::apply_sweep(tx.into(), &plan, now_ms)
         })?;
         Ok(swept.unwrap_or_default())
     }

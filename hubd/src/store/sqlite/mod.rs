@@ -20,7 +20,7 @@ use super::operator_tokens::INIT_TOKEN_NAME;
 use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
 use super::tx::Tx;
 use super::{
-    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WatchChange, hosts, watch,
+    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WatchChange, hosts, sweep, watch,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -523,7 +523,7 @@ impl Backend for SqliteStore {
         // when there is something to change (polls may have landed in between).
         let plan = |tx: &Connection| {
             let (rows, monitored, suspicion_open) =
-                hosts::liveness(Tx::Sqlite(tx), now_ms, config.grace_factor)?;
+                sweep::liveness(Tx::Sqlite(tx), now_ms, config.grace_factor)?;
             let plan = crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
             let idle = plan.changes.is_empty()
                 && plan.alerts.is_empty()
@@ -534,7 +534,7 @@ impl Backend for SqliteStore {
             return Ok(Vec::new());
         }
         self.write("sweep", |tx| match plan(tx)? {
-            Some(plan) => hosts::apply_sweep(Tx::Sqlite(tx), &plan, now_ms),
+            Some(plan) => sweep::apply_sweep(Tx::Sqlite(tx), &plan, now_ms),
             None => Ok(Vec::new()),
         })
     }
