@@ -225,8 +225,18 @@ impl PveClient {
             .await?;
         // Taken out of the answer before anything could print it; an error never quotes it.
         let secret = match answer.get_mut("value").map(Value::take) {
-            Some(Value::String(s)) if !s.is_empty() => SecretString::from(s),
-            _ => return Err(shape_error(Op::CreateToken, "no token value in the answer")),
+            // A real secret is a UUID: nothing that could steer a terminal or split a line.
+            Some(Value::String(s))
+                if !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+            {
+                SecretString::from(s)
+            }
+            _ => {
+                return Err(shape_error(
+                    Op::CreateToken,
+                    "no usable token value in the answer",
+                ));
+            }
         };
         let full_tokenid = answer
             .get("full-tokenid")

@@ -270,6 +270,12 @@ async fn the_token_setup_made_reaches_inside_no_vm_outside_the_pool() {
             secret: line.to_owned(),
         };
         let agent = pve_support::client_for(&rig.sim, &token, RetryPolicy::fast());
+        let again = setup(&rig.sim, &["--output", "json"]).await;
+        assert_eq!(again.code, 0, "{}\n{}", again.stdout, again.stderr);
+        let doc: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
+        assert_eq!(doc["changed"], false, "{doc}");
+        assert_eq!(doc["wider_left"], 0, "{doc}");
+        assert!(doc.get("token").is_none(), "no new token, no secret: {doc}");
 
         running_vm(&rig, 500, None).await;
         running_vm(&rig, 501, Some("bosun")).await;

@@ -45,7 +45,9 @@ Exit codes (as every bosunctl command's):
   12  something wider than Bosun needs is on the node (listed; --remove-wider removes it)
 
 Each line says what was created, written, removed or found; the last says whether anything
-changed. The new token's secret is written to --secret-out (mode 0600) or printed once.";
+changed. The new token's secret is written to --secret-out (mode 0600) or printed once.
+With --output json: {\"format\":1, \"changed\":bool, \"wider_left\":N, \"lines\":[…],
+\"token\":\"bosun@pve!agent=SECRET\" (only when printed)}.";
 
 /// `bosunctl pve setup` options.
 #[derive(Debug, Clone, Args)]
@@ -420,22 +422,59 @@ pub async fn setup(
     Ok(())
 }
 
-/// `bosunctl pve setup`: runs setup, prints what it did; fails (exit 12) when something wider
-/// than Bosun needs is left on the node.
-pub async fn run(args: &PveSetupArgs) -> Result<(), CtlError> {
+/// The `--output json` document: what the text prints, as one object.
+#[derive(Debug, serde::Serialize)]
+pub struct OutcomeJson<'a> {
+    /// The document's version.
+    pub format: u32,
+    /// Whether anything was written on the node.
+    pub changed: bool,
+    /// How many things wider than Bosun needs are left on the node.
+    pub wider_left: usize,
+    /// The lines the text prints.
+    pub lines: &'a [String],
+    /// The new token, `bosun@pve!agent=SECRET`, when it was made and `--secret-out` was not
+    /// given: shown this once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// `bosunctl pve setup`: runs setup, prints what it did (as text, or one JSON object with
+/// `json`), also when a step failed; fails (exit 12) when something wider than Bosun needs is
+/// left on the node.
+pub async fn run(args: &PveSetupArgs, json: bool) -> Result<(), CtlError> {
     let mut outcome = Outcome::default();
     let result = setup(args, RetryPolicy::default(), &mut outcome).await;
-    let mut text = String::new();
-    for line in &outcome.lines {
-        text.push_str(&bosun_proto::inert::escape_but_newlines(line));
+    let token = outcome
+        .secret
+        .as_ref()
+        .map(|s| format!("{BOSUN_AGENT_TOKEN_ID}={}", s.expose_secret()));
+    let text = if json {
+        let doc = OutcomeJson {
+            format: 1,
+            changed: outcome.changed,
+            wider_left: outcome.wider_left,
+            lines: &outcome.lines,
+            token,
+        };
+        let mut text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| CtlError::Output(std::io::Error::other(e)))?;
         text.push('\n');
-    }
+        bosun_proto::inert::escape_json_text(&text).into_owned()
+    } else {
+        let mut text = String::new();
+        for line in &outcome.lines {
+            text.push_str(&bosun_proto::inert::escape_but_newlines(line));
+            text.push('\n');
+        }
+        if let Some(token) = token {
+            text.push_str(&token);
+            text.push('\n');
+        }
+        text
+    };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).map_err(CtlError::Output)?;
-    if let Some(secret) = &outcome.secret {
-        out.write_all(format!("{}={}\n", BOSUN_AGENT_TOKEN_ID, secret.expose_secret()).as_bytes())
-            .map_err(CtlError::Output)?;
-    }
     out.flush().map_err(CtlError::Output)?;
     result?;
     if outcome.wider_left > 0 {
