@@ -97,7 +97,7 @@ pub enum Command {
     Events(crate::alerts::EventsArgs),
     /// Read the audit trail: what the agents did, newest first, by host, guest and time.
     Audit(crate::audit::AuditArgs),
-    /// A Proxmox VE node, directly (no hub): `pve check` before enrolling it.
+    /// A Proxmox VE node, directly (no hub): `pve setup` and `pve check` before enrolling it.
     #[command(subcommand)]
     Pve(crate::pve_check::PveCommand),
     /// Print the shell completion script (the packages install them; this is for a

@@ -312,6 +312,9 @@ pub enum CtlError {
     /// `bosunctl pve check` was given options it cannot use.
     #[error("pve check")]
     PveCheckUsage(#[from] crate::pve_check::PveCheckError),
+    /// `bosunctl pve setup` stopped; stdout says what it did before.
+    #[error("pve setup")]
+    PveSetup(#[from] crate::pve_setup::PveSetupError),
     /// `bosunctl pve check` did not pass; the report on stdout says why and how to fix it.
     #[error("pve check: {summary}")]
     PveCheck {
@@ -374,6 +377,7 @@ impl CtlError {
             Self::Hub { .. } => exit::REFUSED,
             Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,
             Self::PveCheckUsage(err) => err.exit_code(),
+            Self::PveSetup(err) => err.exit_code(),
             Self::PveCheck { exit, .. } => *exit,
             Self::NotApplied { .. } => exit::NOT_APPLIED,
             Self::RolloutStopped { .. } => exit::ROLLOUT_STOPPED,

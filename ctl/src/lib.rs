@@ -38,6 +38,7 @@ pub mod man;
 pub mod plan;
 pub mod policy;
 pub mod pve_check;
+pub mod pve_setup;
 pub mod recipients;
 pub mod resolve;
 pub mod secret;

@@ -91,6 +91,26 @@ ops! {
     ClusterStatus => Get "/cluster/status",
     /// `GET /access/permissions?path=…`: the token's effective privileges on a path.
     Permissions => Get "/access/permissions",
+    /// List the roles and their privileges (`bosunctl pve setup`, an administrator's token).
+    ListRoles => Get "/access/roles",
+    /// Create a role.
+    CreateRole => Post "/access/roles",
+    /// Change a role's privileges.
+    UpdateRole => Put "/access/roles/{roleid}",
+    /// List the users and their tokens.
+    ListUsers => Get "/access/users",
+    /// Create a user.
+    CreateUser => Post "/access/users",
+    /// Create a user's API token; the answer holds its secret, once.
+    CreateToken => Post "/access/users/{userid}/token/{tokenid}",
+    /// List the pools.
+    ListPools => Get "/pools",
+    /// Create a pool.
+    CreatePool => Post "/pools",
+    /// List the ACL entries.
+    ListAcl => Get "/access/acl",
+    /// Write or remove an ACL entry.
+    UpdateAcl => Put "/access/acl",
     /// List the node's containers.
     ListCts => Get "/nodes/{node}/lxc",
     /// Read a container's config.

@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+mod access_admin;
 mod api;
 mod catalogue;
 mod client;
@@ -56,6 +57,9 @@ mod fake;
 #[cfg(test)]
 mod tests;
 
+pub use access_admin::{
+    AclChange, AclEntry, AclKind, NewToken, PoolInfo, RoleInfo, UserInfo, UserToken,
+};
 pub use api::Pve;
 pub use catalogue::{CATALOGUE, Endpoint, HttpMethod, Op};
 pub use client::{PveClient, PveConfig};

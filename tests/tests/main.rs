@@ -107,6 +107,7 @@ mod pve_client_faults;
 mod pve_client_legacy;
 mod pve_client_ops;
 mod pve_conformance;
+mod pve_setup;
 mod pve_token_doc;
 mod suites_declared;
 mod systemd_units;

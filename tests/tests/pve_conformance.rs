@@ -343,6 +343,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     );
 
     pve_support::qemu_exercise::exercise_qemu(&rig).await;
+    pve_support::access_exercise::exercise_access(&rig).await;
 
     let log = rig.sim.requests();
     rig.sim.shutdown().await;

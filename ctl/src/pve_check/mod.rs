@@ -94,6 +94,11 @@ pub enum PveCommand {
     /// storages, the golden archive and (--scratch) a whole guest life.
     #[command(after_long_help = EXIT_HELP)]
     Check(PveCheckArgs),
+    /// Set a Proxmox VE node up for Bosun with an administrator's token: the roles, the user
+    /// bosun@pve and its token, the pool bosun and the ACLs that `pve check` verifies, and
+    /// nothing more. A second run changes nothing.
+    #[command(after_long_help = crate::pve_setup::EXIT_HELP)]
+    Setup(crate::pve_setup::PveSetupArgs),
 }
 
 /// `bosunctl pve check` options.
@@ -187,27 +192,29 @@ pub(crate) struct Plan {
     pub(crate) scratch: bool,
 }
 
-/// Reads `--token-file`: `ID=SECRET` or the secret alone.
-fn read_token(args: &PveCheckArgs) -> Result<(String, SecretString), PveCheckError> {
-    let text = std::fs::read_to_string(&args.token_file).map_err(|e| PveCheckError::TokenFile {
-        reason: format!("reading {}: {e}", args.token_file.display()),
-    })?;
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .ok_or_else(|| PveCheckError::TokenFile {
-            reason: format!("{} is empty", args.token_file.display()),
-        })?;
+/// A token file's or variable's text: its first non-empty line, `ID=SECRET` (optionally after
+/// `PVEAPIToken=`) or the secret alone; `None` when there is no such line.
+pub(crate) fn split_token_text(text: &str) -> Option<(Option<String>, String)> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
     let line = line.strip_prefix("PVEAPIToken=").unwrap_or(line);
     // A token id holds one `!` and no `=`; the secret follows the first `=` after the `!`.
     let split = line
         .find('!')
         .and_then(|bang| line[bang..].find('=').map(|eq| bang + eq));
-    let (id, secret) = match split {
+    Some(match split {
         Some(eq) => (Some(line[..eq].to_owned()), line[eq + 1..].to_owned()),
         None => (None, line.to_owned()),
-    };
+    })
+}
+
+/// Reads `--token-file`: `ID=SECRET` or the secret alone.
+fn read_token(args: &PveCheckArgs) -> Result<(String, SecretString), PveCheckError> {
+    let text = std::fs::read_to_string(&args.token_file).map_err(|e| PveCheckError::TokenFile {
+        reason: format!("reading {}: {e}", args.token_file.display()),
+    })?;
+    let (id, secret) = split_token_text(&text).ok_or_else(|| PveCheckError::TokenFile {
+        reason: format!("{} is empty", args.token_file.display()),
+    })?;
     let id = match (id, &args.token_id) {
         (Some(file), Some(flag)) if &file != flag => {
             return Err(PveCheckError::Usage {
@@ -227,32 +234,45 @@ fn read_token(args: &PveCheckArgs) -> Result<(String, SecretString), PveCheckErr
     Ok((id, SecretString::from(secret)))
 }
 
+/// `--url`: `https://HOST:8006`, with `/api2/json` added when the path is empty.
+pub(crate) fn api_base(url: &str) -> Result<reqwest::Url, PveCheckError> {
+    let mut url = url.trim().to_owned();
+    let Some(rest) = url.strip_prefix("https://") else {
+        return Err(usage("--url")(format!("{url} is not https://")));
+    };
+    if rest.trim_end_matches('/').find('/').is_none() {
+        url = format!("{}/api2/json", url.trim_end_matches('/'));
+    }
+    url.parse()
+        .map_err(|e| usage("--url")(format!("{url}: {e}")))
+}
+
+/// `--fingerprint` or `--ca-file`: how the node's certificate is trusted.
+pub(crate) fn tls_trust(
+    fingerprint: Option<&String>,
+    ca_file: Option<&PathBuf>,
+) -> Result<TlsTrust, PveCheckError> {
+    match (fingerprint, ca_file) {
+        (Some(fingerprint), None) => {
+            bosun_pve::parse_fingerprint(fingerprint).map_err(|_| {
+                usage("--fingerprint")(format!(
+                    "{fingerprint:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)"
+                ))
+            })?;
+            Ok(TlsTrust::PinnedSha256(fingerprint.clone()))
+        }
+        (None, Some(ca)) => Ok(TlsTrust::CaFile(ca.clone())),
+        _ => Err(usage("--fingerprint")(
+            "give exactly one of --fingerprint and --ca-file".into(),
+        )),
+    }
+}
+
 impl Plan {
     fn from_args(args: &PveCheckArgs, policy: RetryPolicy) -> Result<Self, PveCheckError> {
-        let mut url = args.url.trim().to_owned();
-        let Some(rest) = url.strip_prefix("https://") else {
-            return Err(usage("--url")(format!("{url} is not https://")));
-        };
-        if rest.trim_end_matches('/').find('/').is_none() {
-            url = format!("{}/api2/json", url.trim_end_matches('/'));
-        }
+        let base_url = api_base(&args.url)?;
         let (token_id, token_secret) = read_token(args)?;
-        let trust = match (&args.fingerprint, &args.ca_file) {
-            (Some(fingerprint), None) => {
-                bosun_pve::parse_fingerprint(fingerprint).map_err(|_| {
-                    usage("--fingerprint")(format!(
-                        "{fingerprint:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)"
-                    ))
-                })?;
-                TlsTrust::PinnedSha256(fingerprint.clone())
-            }
-            (None, Some(ca)) => TlsTrust::CaFile(ca.clone()),
-            _ => {
-                return Err(usage("--fingerprint")(
-                    "give exactly one of --fingerprint and --ca-file".into(),
-                ));
-            }
-        };
+        let trust = tls_trust(args.fingerprint.as_ref(), args.ca_file.as_ref())?;
         let node = args
             .node
             .as_deref()
@@ -286,9 +306,7 @@ impl Plan {
             None => NodeName::new("localhost").map_err(|e| usage("--node")(e.to_string()))?,
         };
         let config = PveConfig {
-            base_url: url
-                .parse()
-                .map_err(|e| usage("--url")(format!("{url}: {e}")))?,
+            base_url,
             node: first_node,
             token_id,
             token_secret,

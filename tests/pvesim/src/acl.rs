@@ -8,18 +8,24 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod admin;
+pub(crate) use admin::BUILTIN_ROLES;
+
 /// Every privilege name PVE 9 knows (the subset relevant here plus the common ones).
 pub const ALL_PRIVILEGES: &[&str] = &[
     "Datastore.Allocate",
     "Datastore.AllocateSpace",
     "Datastore.AllocateTemplate",
     "Datastore.Audit",
+    "Group.Allocate",
     "Mapping.Audit",
     "Mapping.Modify",
     "Mapping.Use",
     "Permissions.Modify",
     "Pool.Allocate",
     "Pool.Audit",
+    "Realm.Allocate",
+    "Realm.AllocateUser",
     "SDN.Allocate",
     "SDN.Audit",
     "SDN.Use",
@@ -117,6 +123,20 @@ pub enum AclError {
     InvalidTokenId { tokenid: String },
     #[error("ACL path '{path}' is not valid")]
     InvalidPath { path: String },
+    #[error("user '{user}' already exists")]
+    UserExists { user: String },
+    #[error("Token already exists.")]
+    TokenExists,
+    #[error("no such token '{tokenid}' for user '{user}'")]
+    UnknownToken { tokenid: String, user: String },
+    #[error("role '{role}' already exists")]
+    RoleExists { role: String },
+    #[error("cannot modify built-in role '{role}'")]
+    BuiltinRole { role: String },
+    #[error("pool '{pool}' already exists")]
+    PoolExists { pool: String },
+    #[error("domain '{realm}' does not exist")]
+    UnknownRealm { realm: String },
 }
 
 #[derive(Clone, Debug)]

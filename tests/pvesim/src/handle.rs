@@ -557,6 +557,42 @@ impl SimHandle {
         Ok(TokenCredential { id, secret })
     }
 
+    /// Takes away everything Bosun's setup writes, as on a node nobody set up for Bosun yet:
+    /// the user `bosun@pve` (with its tokens and every ACL entry naming either), the roles
+    /// `BosunAgent` and `BosunGuest` (with the entries granting them) and the pool `bosun`
+    /// (with the entries on it). The agent's seeded token stops working.
+    pub fn remove_bosun_access(&self) {
+        let mut st = self.shared.state.lock();
+        st.access.remove_user("bosun@pve");
+        st.access.remove_role("BosunAgent");
+        st.access.remove_role("BosunGuest");
+        st.access.remove_pool(crate::acl::BOSUN_POOL);
+    }
+
+    /// The role's privileges, or `None` when it does not exist.
+    pub fn role_privileges(&self, role: &str) -> Option<Vec<String>> {
+        self.shared
+            .state
+            .lock()
+            .access
+            .role_list()
+            .into_iter()
+            .find(|(name, _)| name == role)
+            .map(|(_, privs)| privs.into_iter().collect())
+    }
+
+    /// Every ACL entry as `(path, user or token id, role, propagate)`.
+    pub fn acl_entries(&self) -> Vec<(String, String, String, bool)> {
+        self.shared
+            .state
+            .lock()
+            .access
+            .acl_list()
+            .into_iter()
+            .map(|e| (e.path, e.ugid, e.roleid, e.propagate))
+            .collect()
+    }
+
     /// Grants a role on an ACL path to a user or token id.
     pub fn grant(
         &self,

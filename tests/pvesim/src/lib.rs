@@ -38,6 +38,7 @@
 //! [`Endpoint`] (URL, certificate fingerprint, tokens) from the returned [`SimHandle`].
 
 mod access;
+mod access_admin;
 mod acl;
 mod admin;
 mod api;

@@ -72,6 +72,8 @@ pub(crate) enum Handler {
     NetworkList,
     /// A QEMU route (`crate::qemu_routes`).
     Qemu(crate::qemu_routes::QemuHandler),
+    /// An access-control route (`crate::access_admin`).
+    Access(crate::access_admin::AccessHandler),
 }
 
 /// One served endpoint.
@@ -868,11 +870,12 @@ pub fn routes() -> &'static [RouteSpec] {
     &ALL_ROUTES
 }
 
-/// The container and node routes, then the QEMU ones.
+/// The container and node routes, then the QEMU and the access-control ones.
 static ALL_ROUTES: std::sync::LazyLock<Vec<RouteSpec>> = std::sync::LazyLock::new(|| {
     ROUTES
         .iter()
         .chain(crate::qemu_routes::QEMU_ROUTES)
+        .chain(crate::access_admin::ACCESS_ROUTES)
         .copied()
         .collect()
 });

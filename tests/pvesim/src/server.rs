@@ -583,6 +583,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::DiskZfs => crate::hardware::zfs(ctx),
         Handler::NetworkList => crate::network::list(ctx),
         Handler::Qemu(h) => crate::qemu_routes::dispatch(h, ctx).await,
+        Handler::Access(h) => crate::access_admin::dispatch(h, ctx),
     }
 }
 

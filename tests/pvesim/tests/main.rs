@@ -6,6 +6,7 @@
 
 mod common;
 
+mod access_admin;
 mod binary;
 mod cloudflared_binary;
 mod cluster_resources;

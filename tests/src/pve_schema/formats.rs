@@ -28,6 +28,13 @@ static DNS_LABEL: LazyLock<Regex> =
 static TAG: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)^[a-z0-9_][a-z0-9_\-+.]*$"));
 static DISK_SIZE: LazyLock<Regex> = LazyLock::new(|| re(r"^\d+(\.\d+)?([KMGT](iB)?)?$"));
 static MAC: LazyLock<Regex> = LazyLock::new(|| re(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"));
+// pve-access-control's `verify_username`, `verify_tokenid`, `verify_roleid`, and the shape of
+// a privilege name (`verify_privname` also wants it known to the release).
+static USERID: LazyLock<Regex> = LazyLock::new(|| re(r"^[^\s:/]+@[A-Za-z][A-Za-z0-9.\-_]+$"));
+static TOKENID: LazyLock<Regex> =
+    LazyLock::new(|| re(r"^[^\s:/]+@[A-Za-z][A-Za-z0-9.\-_]+![A-Za-z][A-Za-z0-9.\-_]+$"));
+static ROLEID: LazyLock<Regex> = LazyLock::new(|| re(r"^[A-Za-z0-9.\-_]+$"));
+static PRIV: LazyLock<Regex> = LazyLock::new(|| re(r"^[A-Z][A-Za-z]*(\.[A-Za-z]+)+$"));
 static STORAGE_PATH: LazyLock<Regex> = LazyLock::new(|| re(r"^/[^;()]*$"));
 static MP_DOTS: LazyLock<Regex> = LazyLock::new(|| re(r"(^|/)\.\.?(/|$)"));
 static LIST_SPLIT: LazyLock<Regex> = LazyLock::new(|| re(r"[,;\s\x00]+"));
@@ -318,6 +325,16 @@ impl Formats {
                     "unable to parse startup options".into(),
                 )
             }
+            "pve-userid" => ok_if(
+                v.len() <= 64 && USERID.is_match(v),
+                format!("value '{v}' does not look like a valid user name"),
+            ),
+            "pve-tokenid" => ok_if(
+                TOKENID.is_match(v),
+                format!("value '{v}' does not look like a valid token ID"),
+            ),
+            "pve-roleid" => ok_if(ROLEID.is_match(v), format!("invalid role ID '{v}'")),
+            "pve-priv" => ok_if(PRIV.is_match(v), format!("invalid privilege '{v}'")),
             _ => return None,
         })
     }

@@ -1,6 +1,7 @@
 //! Shared setup for the PVE client tests: a simulator on loopback and clients for its tokens.
 #![allow(dead_code)]
 
+pub mod access_exercise;
 pub mod qemu_exercise;
 
 use std::time::Duration;
