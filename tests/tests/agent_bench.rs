@@ -195,12 +195,24 @@ fn spawn_agent(bin: &str, files: &AgentFiles) -> std::process::Child {
         }
         None => std::process::Command::new(bin),
     };
+    // Under callgrind, valgrind's and the agent's messages are kept beside the profiles: an
+    // agent that dies under valgrind says why there.
+    let stderr = match callgrind_dir() {
+        Some(dir) => std::process::Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(format!("{dir}/agent.stderr"))
+                .unwrap(),
+        ),
+        None => std::process::Stdio::null(),
+    };
     command
         .arg("--config")
         .arg(&files.config_path)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap()
 }

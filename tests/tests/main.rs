@@ -73,6 +73,7 @@ mod agent_hub_link;
 mod agent_hub_pin_trust;
 mod agent_job_results;
 mod agent_jobs;
+mod agent_layout;
 mod agent_lifecycle;
 mod agent_local_api;
 mod agent_metrics;

@@ -97,7 +97,7 @@ fn names(text: &str, word: &str) -> bool {
 }
 
 /// The words of a bash array or associative array `name=( … )` in `script`.
-fn bash_array(script: &str, name: &str) -> Result<Vec<String>> {
+pub(crate) fn bash_array(script: &str, name: &str) -> Result<Vec<String>> {
     let start = script
         .find(&format!("{name}=("))
         .with_context(|| format!("scripts/packages has no {name}=("))?;
