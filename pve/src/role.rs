@@ -63,6 +63,8 @@ pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] =
 /// or a VM outside Bosun's pool.
 pub const GUEST_REACH_PRIVILEGES: &[&str] = &[
     "VM.Config.Cloudinit",
+    // The SMBIOS uuid a guest reads as its machine's identity (`smbios1`, decision 0114).
+    "VM.Config.HWType",
     "VM.GuestAgent.Audit",
     "VM.GuestAgent.FileRead",
     "VM.GuestAgent.FileSystemMgmt",
