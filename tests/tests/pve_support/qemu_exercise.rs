@@ -4,8 +4,8 @@
 //! agent (ping, interfaces, file write and read, exec, freeze), snapshots, destroy.
 
 use bosun_pve::{
-    AgentExec, AgentFileWrite, FirewallUpdate, FreezeStatus, GuestStatus, IpConfig, Op, PoolId, Pve, PveQemu,
-    SnapName, VmConfigUpdate, VmNet, VmOptions, VmRestoreRequest, VolumeId,
+    AgentExec, AgentFileWrite, FirewallUpdate, FreezeStatus, GuestStatus, IpConfig, Op, PoolId,
+    Pve, PveQemu, SnapName, VmConfigUpdate, VmNet, VmOptions, VmRestoreRequest, VolumeId,
 };
 
 use super::{Rig, local_lvm, vmid};
