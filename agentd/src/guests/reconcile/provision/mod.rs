@@ -306,6 +306,10 @@ impl<P: Pve + 'static> Provisioner<P> {
     }
 
     /// `vms`, or the refusal of `spec`'s guest.
+    #[expect(
+        clippy::result_large_err,
+        reason = "ProvisionError is the one error of a provisioning"
+    )]
     fn vms_for(&self, spec: &GuestSpec) -> Result<&Arc<dyn VmBringup>, ProvisionError> {
         self.vms
             .as_ref()
