@@ -21,7 +21,7 @@
 //! for containers; the VM is destroyed only while it carries the operation's tag. A VM that
 //! does not start, or whose agent does not answer in time, is kept (it is complete) and its
 //! bootstrap is delivered by a later pass. A lost answer to the restore is looked up
-//! ([`super::vm_lookup`]) before anything is decided, and a crash leaves the operation for
+//! (`vm_lookup`) before anything is decided, and a crash leaves the operation for
 //! replay, which resumes it or rolls it back.
 
 use std::sync::Arc;
