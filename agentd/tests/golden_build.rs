@@ -440,7 +440,10 @@ async fn a_golden_version_maps_to_this_hosts_build_and_an_unknown_one_is_refused
         version: Some("2026.11-1".into()),
     };
     // Not built yet: refused, nothing restored.
-    let err = check.check(&wanted).await.unwrap_err();
+    let err = check
+        .check(&wanted, bosun_proto::desired::GuestKind::Lxc)
+        .await
+        .unwrap_err();
     assert!(matches!(err, GoldenRefusal::UnknownVersion { .. }), "{err}");
     assert_eq!(err.reason(), "unknown_version");
     let audit = lab.journal.audit_since(0, 100).await.unwrap();
@@ -453,12 +456,18 @@ async fn a_golden_version_maps_to_this_hosts_build_and_an_unknown_one_is_refused
 
     let recipe = lab.recipe("operator", "2026.11-1", GOLDEN_NAMESPACE);
     lab.builder().ensure(&recipe).await.unwrap().unwrap();
-    let record = check.check(&wanted).await.unwrap();
+    let record = check
+        .check(&wanted, bosun_proto::desired::GuestKind::Lxc)
+        .await
+        .unwrap();
     assert_eq!(record.volid, format!("local:backup/{ARCHIVE}"));
     assert_eq!(record.sha256, HASH);
     // The file changed since the build: the fresh hash no longer matches.
     lab.helper
         .set_archive(&format!("local:backup/{ARCHIVE}"), &"e".repeat(64));
-    let err = check.check(&wanted).await.unwrap_err();
+    let err = check
+        .check(&wanted, bosun_proto::desired::GuestKind::Lxc)
+        .await
+        .unwrap_err();
     assert!(matches!(err, GoldenRefusal::Changed { .. }), "{err}");
 }

@@ -320,6 +320,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
     let golden = h.sim.endpoint().golden_volid.clone();
     let spec = GuestSpec {
         guest_id: Uuid::from_u128(0xd0),
+        kind: Default::default(),
         hostname: "acme-web".to_owned(),
         vmid: None,
         customer: customer(),
@@ -395,6 +396,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
 fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
     GuestSpec {
         guest_id: Uuid::from_u128(n),
+        kind: Default::default(),
         hostname: format!("acme-{n}"),
         vmid: None,
         customer: customer(),

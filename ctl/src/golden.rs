@@ -6,6 +6,8 @@
 //! while that operator's key is still in their `allowed_signers`: removing the line revokes
 //! every choice the key signed. `--host` binds the choice to one host and `--expires-in` /
 //! `--expires-at` end it; hosts check both before every guest they provision from it.
+//! `--kind qemu` signs a VM base (a `vzdump-qemu-…` archive): the kind is signed with the
+//! rest, and a host restores an archive only into a guest of its kind (decision 0114).
 //!
 //! Every document carries a serial that only rises (decision 0092): a host that used a
 //! document refuses every one with a lower serial, so a hub cannot bring back a base (or a
@@ -21,7 +23,7 @@
 
 use std::path::PathBuf;
 
-use bosun_proto::desired::GoldenArchive;
+use bosun_proto::desired::{GoldenArchive, GuestKind};
 use bosun_proto::golden::{
     GOLDEN_NAMESPACE, GoldenDocument, MAX_GOLDEN_SERIAL, SignedGolden, is_sha256,
 };
@@ -81,9 +83,14 @@ pub struct SignRecipeArgs {
 /// `bosunctl golden sign`.
 #[derive(Debug, clap::Args)]
 pub struct SignArgs {
-    /// The archive's Proxmox volume id (`local:backup/vzdump-lxc-….tar.zst`).
+    /// The archive's Proxmox volume id (`local:backup/vzdump-lxc-….tar.zst`, or
+    /// `local:backup/vzdump-qemu-….vma.zst` with `--kind qemu`).
     #[arg(long)]
     pub volid: String,
+    /// The kind of guest the archive seeds: `lxc` (a container base) or `qemu` (a VM base).
+    /// Signed with the rest: agents restore it only into a guest of that kind.
+    #[arg(long, default_value = "lxc", value_parser = ["lxc", "qemu"])]
+    pub kind: String,
     /// SHA-256 of the archive's bytes (`sha256sum` on the host), 64 hex digits.
     #[arg(long)]
     pub sha256: String,
@@ -205,8 +212,21 @@ fn sign(args: &SignArgs, host: Option<Uuid>, now: Timestamp) -> Result<(), CtlEr
             reason: "expected 64 hex digits".into(),
         });
     }
-    let mut document =
-        GoldenDocument::new(&args.volid, &sha256).with_serial(serial(args.serial, now)?);
+    let kind = match args.kind.as_str() {
+        "qemu" => GuestKind::Qemu,
+        _ => GuestKind::Lxc,
+    };
+    let name = args.volid.rsplit('/').next().unwrap_or_default();
+    let prefix = format!("vzdump-{kind}-");
+    if !name.starts_with(&prefix) {
+        return Err(CtlError::BadArgument {
+            what: "--kind",
+            reason: format!("a {kind} base is a {prefix}… archive; {name:?} is not"),
+        });
+    }
+    let mut document = GoldenDocument::new(&args.volid, &sha256)
+        .with_serial(serial(args.serial, now)?)
+        .for_kind(kind);
     document.host_id = host;
     document.expires_at = expiry(args, now)?;
     document.validate().map_err(|e| CtlError::BadArgument {

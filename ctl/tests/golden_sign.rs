@@ -205,3 +205,57 @@ fn golden_sign_binds_the_choice_to_a_host_and_an_expiry() {
         assert!(!dir.path().join("golden.json").exists(), "{extra:?}");
     }
 }
+
+#[test]
+fn a_vm_base_is_signed_with_its_kind_and_a_kind_that_names_another_archive_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "op", "-f"])
+        .arg(dir.path().join("key"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let vm = "local:backup/vzdump-qemu-9001-2026_11_01-02_00_00.vma.zst";
+    let sign = |volid: &str, kind: &str| {
+        bosunctl(
+            dir.path(),
+            &[
+                "golden",
+                "sign",
+                "--volid",
+                volid,
+                "--sha256",
+                SHA,
+                "--kind",
+                kind,
+                "-f",
+                "key",
+                "-o",
+                "golden.json",
+            ],
+        )
+    };
+    let out = sign(vm, "qemu");
+    assert!(out.status.success(), "{out:?}");
+    let entry: GoldenArchive =
+        serde_json::from_slice(&std::fs::read(dir.path().join("golden.json")).unwrap()).unwrap();
+    let signed = entry.signed.expect("a signed document");
+    let document = signed.golden().unwrap();
+    assert_eq!(document.kind, bosun_proto::desired::GuestKind::Qemu);
+    assert!(verify(
+        dir.path(),
+        "bosun-golden@v1",
+        &signed.golden_bytes().unwrap(),
+        &signed.signature
+    ));
+    std::fs::remove_file(dir.path().join("golden.json")).unwrap();
+    for (volid, kind) in [(vm, "lxc"), (VOLID, "qemu")] {
+        let out = sign(volid, kind);
+        assert!(!out.status.success(), "{volid} as {kind}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--kind"),
+            "{out:?}"
+        );
+        assert!(!dir.path().join("golden.json").exists());
+    }
+}

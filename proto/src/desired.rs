@@ -73,13 +73,52 @@ pub struct DesiredState {
     pub share_classes: Vec<crate::share::ShareClass>,
 }
 
-/// One guest (an LXC container) and its spec.
+/// What kind of Proxmox guest a guest is.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum GuestKind {
+    /// An LXC container (the default: documents written before VMs name no kind).
+    #[default]
+    Lxc,
+    /// A QEMU virtual machine (DESIGN §8b), restored from a vzdump-qemu golden archive.
+    Qemu,
+}
+
+impl GuestKind {
+    /// Whether this is the default kind, left out when serialized.
+    pub fn is_lxc(&self) -> bool {
+        *self == Self::Lxc
+    }
+
+    /// The name as written in documents and Proxmox's `type` (`lxc`, `qemu`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lxc => "lxc",
+            Self::Qemu => "qemu",
+        }
+    }
+}
+
+impl std::fmt::Display for GuestKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One guest (an LXC container or a QEMU virtual machine) and its spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GuestSpec {
     /// Stable identity of the guest; survives a restore onto another host.
     pub guest_id: Uuid,
+    /// The guest's kind: `lxc` (absent) or `qemu`. A guest is restored only from a golden
+    /// archive signed for its kind (decision 0114).
+    #[serde(default, skip_serializing_if = "GuestKind::is_lxc")]
+    pub kind: GuestKind,
     /// Hostname of the guest (`[A-Za-z0-9.-]`, at most 63 bytes).
     pub hostname: String,
     /// Proxmox VMID the guest should use, if the operator pins one (100..=999999999).
@@ -986,6 +1025,15 @@ impl GuestSpec {
         order::validate(self, &at)?;
         if let Some(network) = &self.network {
             network.validate(&at)?;
+        }
+        // A VM's disks beside its root come with the rest of its lifecycle (decision 0114).
+        if self.kind == GuestKind::Qemu
+            && (!self.bulk_volumes.is_empty() || !self.hot_volumes.is_empty())
+        {
+            return Err(ValidationError::Invalid {
+                field: at("kind"),
+                reason: "a qemu guest has no bulk or hot volumes yet".into(),
+            });
         }
         if let Some(version) = &self.golden.version {
             crate::golden_recipe::validate_version(&at("golden.version"), version)?;

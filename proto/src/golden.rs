@@ -95,6 +95,11 @@ pub struct GoldenDocument {
     /// signed before the field, which count as serial 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<u64>,
+    /// The kind of guest the archive seeds: `lxc` (absent, as in every document signed
+    /// before VMs) or `qemu`. Signed with the rest, so a container base is never restored as
+    /// a VM nor a VM base as a container (decision 0114).
+    #[serde(default, skip_serializing_if = "crate::desired::GuestKind::is_lxc")]
+    pub kind: crate::desired::GuestKind,
 }
 
 /// Why a valid golden document does not let a host provision from its archive now.
@@ -126,7 +131,15 @@ impl GoldenDocument {
             host_id: None,
             expires_at: None,
             serial: None,
+            kind: crate::desired::GuestKind::Lxc,
         }
+    }
+
+    /// The same document for guests of `kind`.
+    #[must_use]
+    pub fn for_kind(mut self, kind: crate::desired::GuestKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// The same document with `serial`.
@@ -233,6 +246,24 @@ mod tests {
     use super::*;
 
     const HASH: &str = "5f2b6c0d8e1a4b3c9d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
+
+    #[test]
+    fn the_kind_is_signed_and_absent_means_a_container() {
+        use crate::desired::GuestKind;
+        let lxc = GoldenDocument::new("local:backup/vzdump-lxc-9000-x.tar.zst", HASH);
+        let text = serde_json::to_string(&lxc).unwrap();
+        assert!(!text.contains("kind"), "{text}");
+        let old: GoldenDocument = serde_json::from_str(&text).unwrap();
+        assert_eq!(old.kind, GuestKind::Lxc);
+        let vm = GoldenDocument::new("local:backup/vzdump-qemu-9001-x.vma.zst", HASH)
+            .for_kind(GuestKind::Qemu);
+        let text = serde_json::to_string(&vm).unwrap();
+        assert!(text.contains(r#""kind":"qemu""#), "{text}");
+        let back = SignedGolden::new(text.as_bytes(), "sig").golden().unwrap();
+        assert_eq!(back.kind, GuestKind::Qemu);
+        let bad = text.replace(r#""qemu""#, r#""kvm""#);
+        assert!(SignedGolden::new(bad.as_bytes(), "sig").golden().is_err());
+    }
 
     #[test]
     fn a_signed_document_round_trips_and_bad_ones_name_their_field() {

@@ -240,6 +240,10 @@ ops! {
     VmCloudinit => Get "/nodes/{node}/qemu/{vmid}/cloudinit",
     /// Regenerate a VM's cloud-init drive from its config.
     RegenerateCloudinit => Put "/nodes/{node}/qemu/{vmid}/cloudinit",
+    /// Read a VM's own firewall options.
+    GetVmFirewall => Get "/nodes/{node}/qemu/{vmid}/firewall/options",
+    /// Turn a VM's firewall (and its `ipfilter`) on.
+    SetVmFirewall => Put "/nodes/{node}/qemu/{vmid}/firewall/options",
 }
 
 impl fmt::Display for Op {

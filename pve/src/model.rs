@@ -210,6 +210,9 @@ pub struct ClusterGuest {
     /// The pool the guest is a member of.
     #[serde(default, deserialize_with = "lenient_opt_string")]
     pub pool: Option<String>,
+    /// `running`, `stopped`, … as the node reports it.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub status: Option<String>,
 }
 
 /// One entry of `GET /cluster/status`: the cluster itself (on a cluster's node only) or one

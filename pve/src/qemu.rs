@@ -13,6 +13,7 @@ use super::api::Pve;
 use super::catalogue::Op;
 use super::client::{Ctx, PveClient};
 use super::error::PveError;
+use super::firewall::{FirewallUpdate, GuestFirewall};
 use super::model::{CtConfig, SnapshotInfo};
 use super::qemu_model::{
     AgentResult, CloudinitItem, ExecStarted, ExecStatus, FileRead, FileReadAnswer, FreezeStatus,
@@ -140,6 +141,17 @@ pub trait PveQemu: Pve {
     /// Rebuilds the VM's cloud-init drive from its config (synchronous).
     fn regenerate_cloudinit(&self, vmid: Vmid)
     -> impl Future<Output = Result<(), PveError>> + Send;
+    /// A VM's own firewall options (`…/qemu/{vmid}/firewall/options`).
+    fn vm_firewall(
+        &self,
+        vmid: Vmid,
+    ) -> impl Future<Output = Result<GuestFirewall, PveError>> + Send;
+    /// Turns a VM's firewall filters on (synchronous); never turns one off.
+    fn set_vm_firewall(
+        &self,
+        vmid: Vmid,
+        update: &FirewallUpdate,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
 }
 
 impl PveClient {
@@ -380,6 +392,24 @@ impl PveQemu for PveClient {
                 &["cloudinit"],
                 &Params::new(),
             )
+            .await?;
+        Ok(())
+    }
+
+    async fn vm_firewall(&self, vmid: Vmid) -> Result<GuestFirewall, PveError> {
+        self.vm_call(
+            Op::GetVmFirewall,
+            vmid,
+            &["firewall", "options"],
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn set_vm_firewall(&self, vmid: Vmid, update: &FirewallUpdate) -> Result<(), PveError> {
+        let params = update.params(Op::SetVmFirewall)?;
+        let _: Value = self
+            .vm_call(Op::SetVmFirewall, vmid, &["firewall", "options"], &params)
             .await?;
         Ok(())
     }

@@ -253,6 +253,9 @@ pub struct VmOptions {
     pub sshkeys: Vec<String>,
     /// Whether the VM has the QEMU guest agent device (`agent=1`).
     pub agent: Option<bool>,
+    /// The VM's SMBIOS system UUID (`smbios1: uuid=…`): what cloud-init and the guest read as
+    /// the machine's identity.
+    pub smbios_uuid: Option<uuid::Uuid>,
     /// Start on boot.
     pub onboot: Option<bool>,
     /// Free-text description.
@@ -344,6 +347,9 @@ impl VmOptions {
         }
         if let Some(agent) = self.agent {
             out.push(("agent".into(), format!("enabled={}", bool_param(agent))));
+        }
+        if let Some(uuid) = self.smbios_uuid {
+            out.push(("smbios1".into(), format!("uuid={}", uuid.hyphenated())));
         }
         if let Some(onboot) = self.onboot {
             out.push(("onboot".into(), bool_param(onboot)));

@@ -44,9 +44,11 @@ pub const BOSUN_GUEST_ROLE: &str = "BosunGuest";
 /// `network-get-interfaces`, `FileWrite` for a guest's `bootstrap.json`, `Unrestricted` for
 /// `exec` (a restore test's check, a controller restarted in place), which PVE 9 lets through
 /// every other guest-agent call too; `VM.Config.Cloudinit` for the identity cloud-init gives a
-/// VM at its next boot (its SSH keys among it).
+/// VM at its next boot (its SSH keys among it); `VM.Config.HWType` for the fresh SMBIOS uuid
+/// (`smbios1`) a provisioned VM gets instead of its archive's (decision 0114).
 pub const BOSUN_GUEST_PRIVILEGES: &[&str] = &[
     "VM.Config.Cloudinit",
+    "VM.Config.HWType",
     "VM.GuestAgent.Audit",
     "VM.GuestAgent.FileWrite",
     "VM.GuestAgent.Unrestricted",
@@ -54,12 +56,15 @@ pub const BOSUN_GUEST_PRIVILEGES: &[&str] = &[
 
 /// The `BosunGuest` role on PVE 8, where one privilege, `VM.Monitor`, guards every guest-agent
 /// call.
-pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] = &["VM.Config.Cloudinit", "VM.Monitor"];
+pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] =
+    &["VM.Config.Cloudinit", "VM.Config.HWType", "VM.Monitor"];
 
 /// Every privilege that reaches inside a VM, on either release: none may hold on `/`, `/vms`
 /// or a VM outside Bosun's pool.
 pub const GUEST_REACH_PRIVILEGES: &[&str] = &[
     "VM.Config.Cloudinit",
+    // The SMBIOS uuid a guest reads as its machine's identity (`smbios1`, decision 0114).
+    "VM.Config.HWType",
     "VM.GuestAgent.Audit",
     "VM.GuestAgent.FileRead",
     "VM.GuestAgent.FileSystemMgmt",

@@ -918,7 +918,7 @@ async fn a_token_without_the_pool_grant_fails_with_the_commands_that_write_it() 
         assert!(reach.detail.contains("on /pool/bosun"), "{text}");
         for fix in [
             "pveum pool add bosun",
-            "pveum role add BosunGuest --privs \"VM.Config.Cloudinit,VM.GuestAgent.Audit,VM.GuestAgent.FileWrite,VM.GuestAgent.Unrestricted\"",
+            "pveum role add BosunGuest --privs \"VM.Config.Cloudinit,VM.Config.HWType,VM.GuestAgent.Audit,VM.GuestAgent.FileWrite,VM.GuestAgent.Unrestricted\"",
             "pveum acl modify /pool/bosun --tokens 'bosun@pve!no-pool' --roles BosunGuest --propagate 1",
         ] {
             assert!(

@@ -59,6 +59,8 @@ macro_rules! op_kinds {
 op_kinds! {
     /// Provisioning a guest from the golden archive.
     Provision => "provision" by Reconcile,
+    /// Provisioning a QEMU guest from its signed VM golden archive (decision 0114).
+    ProvisionVm => "provision_vm" by Reconcile,
     /// Changing a guest's hostname, memory or cores.
     SetSpec => "set_spec" by Reconcile,
     /// Growing a guest's root volume.

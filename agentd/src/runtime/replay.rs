@@ -17,7 +17,7 @@ use crate::guests::controller::ControllerBoard;
 use crate::guests::credentials::bootstrap::BootstrapIssuer;
 use crate::guests::golden_build::PendingBuild;
 use crate::guests::reconcile::golden::GoldenCheck;
-use crate::guests::reconcile::provision::{ProvisionExtension, Provisioner};
+use crate::guests::reconcile::provision::{ProvisionExtension, Provisioner, VmProvisioner};
 use crate::links::helper::HelperClient;
 use crate::ops::journal::UnfinishedOperation;
 use crate::ops::operation::replay::Unfinished;
@@ -134,6 +134,17 @@ pub(super) async fn replay(
     }
     if let Some(issuer) = bootstrap_issuer.clone() {
         provisioner = provisioner.with_post_start_extension(Arc::new(issuer));
+    }
+    // QEMU guests, from their signed VM golden archive into Bosun's pool (decision 0114),
+    // sharing the journal, golden check, address pool and vmid reservations.
+    match bosun_pve::PoolId::new(bosun_pve::BOSUN_POOL) {
+        Ok(pool) => {
+            let vms = VmProvisioner::new(provisioner.clone(), bootstrap_issuer.clone(), pool);
+            provisioner = provisioner.with_vms(Arc::new(vms));
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "bosun's proxmox pool id is not valid; qemu guests are refused");
+        }
     }
     notify(
         sd,

@@ -1,6 +1,6 @@
 //! The `guest-reach` check (decision 0113): what reaches inside a VM — its guest agent
-//! (`VM.GuestAgent.*` on PVE 9, `VM.Monitor` on PVE 8) and its cloud-init identity
-//! (`VM.Config.Cloudinit`) — the token holds on Bosun's pool, `/pool/bosun`, and nowhere
+//! (`VM.GuestAgent.*` on PVE 9, `VM.Monitor` on PVE 8), its cloud-init identity
+//! (`VM.Config.Cloudinit`) and its SMBIOS identity (`VM.Config.HWType`) — the token holds on Bosun's pool, `/pool/bosun`, and nowhere
 //! else: not on `/`, not on `/vms`, not on a VM outside the pool. A compromised agent then
 //! runs nothing and writes nothing in a VM Bosun did not create or adopt.
 

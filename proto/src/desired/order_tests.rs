@@ -4,6 +4,7 @@ use crate::desired::{CustomerIdentity, GoldenArchive, GuestResources, GuestSpec,
 fn guest(n: u128, name: &str, power: Power, provides: &[&str], requires: &[&str]) -> GuestSpec {
     GuestSpec {
         guest_id: Uuid::from_u128(n),
+        kind: Default::default(),
         hostname: name.to_owned(),
         vmid: None,
         customer: CustomerIdentity {

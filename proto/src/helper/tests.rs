@@ -320,9 +320,11 @@ mod properties {
 }
 
 #[test]
-fn archive_names_are_one_vzdump_lxc_file_name() {
+fn archive_names_are_one_vzdump_file_name() {
     for ok in [
         "vzdump-lxc-100-2026_11_21-10_00_00.tar.zst",
+        "vzdump-qemu-9001-2026_11_21-10_00_00.vma.zst",
+        "vzdump-qemu-100-2026_11_21-10_00_00.vma",
         "vzdump-lxc-999999999-2026_01_01-00_00_00.tar",
         "vzdump-lxc-9000-2026_11_21-10_00_00.tar.gz",
     ] {
@@ -333,7 +335,9 @@ fn archive_names_are_one_vzdump_lxc_file_name() {
         "../vzdump-lxc-100-2026_11_21-10_00_00.tar.zst",
         "dump/vzdump-lxc-100-2026_11_21-10_00_00.tar.zst",
         "vzdump-lxc-100-2026_11_21-10_00_00.tar.zst/..",
-        "vzdump-qemu-100-2026_11_21-10_00_00.vma.zst",
+        "vzdump-qemu-100-2026_11_21-10_00_00.tar.zst",
+        "vzdump-lxc-100-2026_11_21-10_00_00.vma.zst",
+        "vzdump-qemu-100-2026_11_21-10_00_00.vma.xz",
         "vzdump-lxc-099-2026_11_21-10_00_00.tar.zst",
         "vzdump-lxc-100-2026_11_21-10_00_00.tar.zst.sh",
         "vzdump-lxc-100-2026-11-21-10:00:00.tar.zst",

@@ -302,8 +302,9 @@ string_newtype!(
     check_block_device
 );
 string_newtype!(
-    /// A container backup archive's file name as vzdump writes it into a dump directory,
-    /// `vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.zst|.gz|.lzo]`: one path component.
+    /// A backup archive's file name as vzdump writes it into a dump directory: a container's
+    /// `vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.zst|.gz|.lzo]` or a VM's
+    /// `vzdump-qemu-<vmid>-<YYYY_MM_DD-HH_MM_SS>.vma[.zst|.gz|.lzo]`: one path component.
     ArchiveName,
     check_archive_name
 );
@@ -370,18 +371,23 @@ fn check_dump_dir(v: &str) -> Result<(), InvalidArgument> {
 }
 
 fn check_archive_name(v: &str) -> Result<(), InvalidArgument> {
-    let bad = |reason| Err(invalid("archive name", v, reason));
-    let Some(rest) = v.strip_prefix("vzdump-lxc-") else {
-        return bad("expected vzdump-lxc-<vmid>-<time>.tar[.zst|.gz|.lzo]");
+    const EXPECTED: &str = "expected vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.zst|.gz|.lzo] or vzdump-qemu-<vmid>-<YYYY_MM_DD-HH_MM_SS>.vma[.zst|.gz|.lzo]";
+    let bad = || Err(invalid("archive name", v, EXPECTED));
+    let (rest, payload) = if let Some(rest) = v.strip_prefix("vzdump-lxc-") {
+        (rest, "tar")
+    } else if let Some(rest) = v.strip_prefix("vzdump-qemu-") {
+        (rest, "vma")
+    } else {
+        return bad();
     };
     let Some((vmid, rest)) = rest.split_once('-') else {
-        return bad("expected vzdump-lxc-<vmid>-<time>.tar[.zst|.gz|.lzo]");
+        return bad();
     };
     let vmid_ok = (3..=9).contains(&vmid.len())
         && !vmid.starts_with('0')
         && vmid.bytes().all(|c| c.is_ascii_digit());
     let Some((time, ext)) = rest.split_once('.') else {
-        return bad("expected vzdump-lxc-<vmid>-<time>.tar[.zst|.gz|.lzo]");
+        return bad();
     };
     // YYYY_MM_DD-HH_MM_SS
     let time_ok = time.len() == 19
@@ -390,11 +396,12 @@ fn check_archive_name(v: &str) -> Result<(), InvalidArgument> {
             10 => c == b'-',
             _ => c.is_ascii_digit(),
         });
-    let ext_ok = matches!(ext, "tar" | "tar.zst" | "tar.gz" | "tar.lzo");
+    let (kind, compression) = ext.split_once('.').unwrap_or((ext, ""));
+    let ext_ok = kind == payload && matches!(compression, "" | "zst" | "gz" | "lzo");
     if vmid_ok && time_ok && ext_ok {
         Ok(())
     } else {
-        bad("expected vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.zst|.gz|.lzo]")
+        bad()
     }
 }
 

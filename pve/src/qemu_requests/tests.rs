@@ -151,3 +151,23 @@ fn a_vm_config_update_takes_the_schemas_sha1_digest_and_clean_keys_only() {
         "an update that changes nothing"
     );
 }
+
+#[test]
+fn a_fresh_smbios_uuid_is_sent_as_smbios1() {
+    let uuid = uuid::Uuid::parse_str("0b7e3c52-1f0a-4c2e-9d5b-6a7f8e9d0c1b").expect("uuid");
+    let options = VmOptions {
+        smbios_uuid: Some(uuid),
+        ..VmOptions::default()
+    };
+    let mut p = Params::new();
+    options
+        .push_params(Op::RestoreVm, &mut p)
+        .expect("a uuid is valid");
+    assert_eq!(
+        p,
+        vec![(
+            "smbios1".to_owned(),
+            "uuid=0b7e3c52-1f0a-4c2e-9d5b-6a7f8e9d0c1b".to_owned()
+        )]
+    );
+}

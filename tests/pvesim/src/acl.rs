@@ -88,13 +88,15 @@ pub const BOSUN_POOL: &str = "bosun";
 /// The privileges of the `BosunGuest` role (PVE 9 names): what reaches inside a VM.
 pub const BOSUN_GUEST_PRIVILEGES: &[&str] = &[
     "VM.Config.Cloudinit",
+    "VM.Config.HWType",
     "VM.GuestAgent.Audit",
     "VM.GuestAgent.FileWrite",
     "VM.GuestAgent.Unrestricted",
 ];
 
 /// The `BosunGuest` role on PVE 8, where `VM.Monitor` guards every guest-agent call.
-pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] = &["VM.Config.Cloudinit", "VM.Monitor"];
+pub const BOSUN_GUEST_PRIVILEGES_PVE8: &[&str] =
+    &["VM.Config.Cloudinit", "VM.Config.HWType", "VM.Monitor"];
 
 /// Every privilege name of a release: PVE 9's list, or PVE 8's (`VM.Monitor` instead of
 /// `VM.GuestAgent.*`).

@@ -66,8 +66,37 @@ pub(crate) fn put(ctx: &Ctx) -> HandlerResult {
         .guests
         .get_mut(&vmid)
         .ok_or_else(|| missing_config(&node, vmid))?;
+    put_options(ctx, &mut guest.firewall)
+}
+
+/// `GET /nodes/{node}/qemu/{vmid}/firewall/options`: a VM's options, kept apart from its
+/// config as a container's are (`/etc/pve/firewall/<vmid>.fw`).
+pub(crate) fn get_vm(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let st = ctx.shared.state.lock();
+    let vm = st
+        .vms
+        .get(&vmid)
+        .ok_or_else(|| ApiError::internal(&crate::qemu::missing_config(ctx.node(), vmid)))?;
+    data(rendered(&vm.firewall))
+}
+
+/// `PUT /nodes/{node}/qemu/{vmid}/firewall/options`.
+pub(crate) fn put_vm(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let mut st = ctx.shared.state.lock();
+    let node = ctx.node().to_owned();
+    let vm = st
+        .vms
+        .get_mut(&vmid)
+        .ok_or_else(|| ApiError::internal(&crate::qemu::missing_config(&node, vmid)))?;
+    put_options(ctx, &mut vm.firewall)
+}
+
+/// Applies a `PUT …/firewall/options` to a guest's `options`.
+fn put_options(ctx: &Ctx, options: &mut Conf) -> HandlerResult {
     if let Some(want) = ctx.get("digest")
-        && want != digest(&guest.firewall)
+        && want != digest(options)
     {
         return Err(ApiError::internal(
             "update failed - file has been modified since reading it (digest mismatch)",
@@ -98,11 +127,11 @@ pub(crate) fn put(ctx: &Ctx) -> HandlerResult {
     }
     for key in BOOL_OPTIONS.iter().chain(OTHER_OPTIONS) {
         if let Some(value) = ctx.get(key) {
-            guest.firewall.insert((*key).to_owned(), value.to_owned());
+            options.insert((*key).to_owned(), value.to_owned());
         }
     }
     for key in &deleted {
-        guest.firewall.remove(key);
+        options.remove(key);
     }
     data(Value::Null)
 }

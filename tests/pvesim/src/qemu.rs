@@ -74,6 +74,8 @@ pub(crate) struct Vm {
     /// The cloud-init values the VM's drive was last generated with (at start, or by
     /// `PUT …/cloudinit`).
     pub(crate) cloudinit_drive: Conf,
+    /// Its firewall options (`/etc/pve/firewall/<vmid>.fw`): empty on a fresh restore.
+    pub(crate) firewall: Conf,
 }
 
 impl Vm {
@@ -88,6 +90,7 @@ impl Vm {
             processes: BTreeMap::new(),
             next_pid: 1000,
             cloudinit_drive: Conf::new(),
+            firewall: Conf::new(),
         }
     }
 
@@ -316,6 +319,8 @@ pub(crate) fn key_privilege(key: &str) -> &'static str {
         "memory" | "balloon" | "shares" => "VM.Config.Memory",
         k if k.starts_with("net") => "VM.Config.Network",
         k if is_cloudinit_key(k) => "VM.Config.Cloudinit",
+        // qemu-server's `$hwtypeoptions`.
+        "smbios1" | "vmgenid" | "acpi" | "kvm" | "tablet" => "VM.Config.HWType",
         k if is_disk_key(k) => "VM.Config.Disk",
         _ => "VM.Config.Options",
     }

@@ -222,8 +222,10 @@ pub(crate) fn file_write(ctx: &Ctx) -> HandlerResult {
                 "failed to open file '{path}' (mode: 'wb'): Is a directory"
             )));
         }
+        // qemu-ga creates a new file 0600 (`safe_open_or_create`); an existing one keeps
+        // its mode.
         vm.files
-            .write(&canonical, bytes, 0o644)
+            .write(&canonical, bytes, 0o600)
             .map_err(|_| open_failed(&path, "wb"))
     })?;
     data(Value::Null)

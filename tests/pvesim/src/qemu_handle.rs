@@ -65,6 +65,16 @@ impl SimHandle {
         Some(self.shared.state.lock().vms.get(&vmid)?.conf.clone())
     }
 
+    /// The vmids of every VM on the node.
+    pub fn vm_ids(&self) -> Vec<u32> {
+        self.shared.state.lock().vms.keys().copied().collect()
+    }
+
+    /// VM `vmid`'s firewall options (`/etc/pve/firewall/<vmid>.fw`).
+    pub fn vm_firewall(&self, vmid: u32) -> Option<std::collections::BTreeMap<String, String>> {
+        Some(self.shared.state.lock().vms.get(&vmid)?.firewall.clone())
+    }
+
     /// Whether VM `vmid` runs.
     pub fn vm_running(&self, vmid: u32) -> Option<bool> {
         Some(self.shared.state.lock().vms.get(&vmid)?.running())

@@ -223,6 +223,19 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                         format!("{model}={mac},{rest}")
                     };
                     conf.insert(key.clone(), v);
+                } else if key == "smbios1" && unique {
+                    // qemu-server's `restore_update_config_line`: a unique restore gets a
+                    // fresh SMBIOS uuid.
+                    let rest: Vec<&str> = value
+                        .split(',')
+                        .filter(|p| !p.starts_with("uuid="))
+                        .collect();
+                    let mut v = format!("uuid={}", uuid::Uuid::new_v4());
+                    for p in rest {
+                        v.push(',');
+                        v.push_str(p);
+                    }
+                    conf.insert(key.clone(), v);
                 } else if key != "lock" {
                     conf.insert(key.clone(), value.clone());
                 }
@@ -286,6 +299,7 @@ pub(crate) fn golden_vm_conf() -> Conf {
         ("scsi0", "local-lvm:vm-9001-disk-0,size=10G"),
         ("scsihw", "virtio-scsi-single"),
         ("serial0", "socket"),
+        ("smbios1", "uuid=5d0c7c6e-2b1f-4f0e-8a51-90a1c3e2b9d4"),
         ("vga", "serial0"),
     ]
     .iter()
@@ -311,6 +325,9 @@ pub(crate) fn golden_vm_files() -> FileTree {
         0o644,
     );
     let _ = tree.write("/etc/machine-id", Vec::new(), 0o444);
+    // Where the image's controller unit reads its bootstrap (written through the guest
+    // agent's file-write at provisioning).
+    let _ = tree.mkdir_all("/etc/bosun-bootstrap", 0o700);
     tree
 }
 

@@ -91,6 +91,13 @@ static VM_CONFIG: &[ParamSpec] = &[
     opt("ciuser", STR),
     opt("sshkeys", STR),
     opt("agent", STR),
+    opt(
+        "smbios1",
+        ParamKind::Str {
+            max_len: Some(512),
+            pattern: None,
+        },
+    ),
     opt("onboot", BOOL),
     opt(
         "description",

@@ -576,6 +576,8 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::TaskLog => tasks::log(ctx),
         Handler::FirewallGet => crate::firewall::get(ctx),
         Handler::FirewallPut => crate::firewall::put(ctx),
+        Handler::VmFirewallGet => crate::firewall::get_vm(ctx),
+        Handler::VmFirewallPut => crate::firewall::put_vm(ctx),
         Handler::DatacenterFirewall => crate::firewall::datacenter(ctx),
         Handler::DiskList => crate::hardware::list(ctx),
         Handler::DiskSmart => crate::hardware::smart(ctx),

@@ -359,7 +359,8 @@ async fn file_write_lands_in_the_named_vm_only_and_file_read_reads_it_back() {
     assert!(r.data().is_null());
     let written = sim.handle.vm_file(330, "/etc/bosun.json").expect("written");
     assert_eq!(written.content, b"secret\x00\xff");
-    assert_eq!(written.mode, 0o644);
+    // qemu-ga creates a new file 0600 (`safe_open_or_create`, since CVE-2013-2007).
+    assert_eq!(written.mode, 0o600);
     assert!(
         sim.handle.vm_file(331, "/etc/bosun.json").is_none(),
         "no other VM's tree changed"

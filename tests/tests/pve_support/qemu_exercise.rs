@@ -4,8 +4,8 @@
 //! agent (ping, interfaces, file write and read, exec, freeze), snapshots, destroy.
 
 use bosun_pve::{
-    AgentExec, AgentFileWrite, FreezeStatus, GuestStatus, IpConfig, Op, PoolId, Pve, PveQemu,
-    SnapName, VmConfigUpdate, VmNet, VmOptions, VmRestoreRequest, VolumeId,
+    AgentExec, AgentFileWrite, FirewallUpdate, FreezeStatus, GuestStatus, IpConfig, Op, PoolId,
+    Pve, PveQemu, SnapName, VmConfigUpdate, VmNet, VmOptions, VmRestoreRequest, VolumeId,
 };
 
 use super::{Rig, local_lvm, vmid};
@@ -28,6 +28,7 @@ pub async fn exercise_qemu(rig: &Rig) {
         onboot: Some(true),
         tags: vec!["bosun".into()],
         description: Some("restored by the conformance test".into()),
+        smbios_uuid: Some(uuid::Uuid::from_u128(0x5eed_0001)),
         ..VmOptions::default()
     };
     req.options.net.insert(0, net);
@@ -53,6 +54,17 @@ pub async fn exercise_qemu(rig: &Rig) {
     assert!(vms.iter().any(|v| v.vmid == id), "{vms:?}");
     let config = c.vm_config(id).await.expect("vm config");
     assert_eq!(config.get_str("ciuser").as_deref(), Some("bosun"));
+    assert_eq!(
+        config.get_str("smbios1").as_deref(),
+        Some("uuid=00000000-0000-0000-0000-00005eed0001")
+    );
+    let guard = FirewallUpdate {
+        enable: true,
+        ipfilter: true,
+    };
+    c.set_vm_firewall(id, &guard).await.expect("vm firewall");
+    let firewall = c.vm_firewall(id).await.expect("vm firewall options");
+    assert!(firewall.enable && firewall.ipfilter, "{firewall:?}");
     let update = VmConfigUpdate {
         set: VmOptions {
             memory: Some(4096),

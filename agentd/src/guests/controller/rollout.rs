@@ -218,6 +218,13 @@ impl Progress {
                 | StepName::LateLanding
                 | StepName::CompensateStop
                 | StepName::CompensateDestroy
+                | StepName::RestoreVm
+                | StepName::CheckVmIdentity
+                | StepName::StartVm
+                | StepName::AgentPing
+                | StepName::WriteBootstrap
+                | StepName::CompensateStopVm
+                | StepName::CompensateDestroyVm
                 | StepName::Backup
                 | StepName::Vzdump
                 | StepName::ChooseArchive

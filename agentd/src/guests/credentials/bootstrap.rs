@@ -74,6 +74,37 @@ impl BootstrapHelper for HelperClient {
     }
 }
 
+/// Writes a bootstrap document into a VM through its guest agent (`agent/file-write`,
+/// decision 0114): a VM has no root-side way in, so the API writes it. An implementation
+/// writes only into the one VM it was made for, and refuses any other vmid.
+pub trait BootstrapWriter: Send + Sync {
+    /// Writes `document` at `path` inside VM `vmid`.
+    fn write<'a>(
+        &'a self,
+        vmid: Vmid,
+        path: &'a str,
+        document: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// How a bootstrap document reaches its guest.
+#[derive(Clone, Copy)]
+pub enum Delivery<'a> {
+    /// `pct push` through the helper: a container.
+    Helper,
+    /// The guest agent's `file-write`: a VM.
+    GuestAgent(&'a dyn BootstrapWriter),
+}
+
+impl fmt::Debug for Delivery<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Helper => "Helper",
+            Self::GuestAgent(_) => "GuestAgent",
+        })
+    }
+}
+
 /// Whether a guest that already has a token gets a new one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenPolicy {
@@ -175,12 +206,25 @@ impl BootstrapIssuer {
         self.endpoints.read().clone()
     }
 
-    /// Issues `target`'s token and bootstrap as steps of operation `op`.
+    /// Issues `target`'s token and bootstrap as steps of operation `op`, pushed through the
+    /// helper (a container).
     pub async fn run(
         &self,
         op: &OpJournal,
         target: &IssueTarget,
         policy: TokenPolicy,
+    ) -> Result<BootstrapIssuerOutcome, StepError> {
+        self.run_via(op, target, policy, Delivery::Helper).await
+    }
+
+    /// Issues `target`'s token and bootstrap as steps of operation `op`, delivered by
+    /// `delivery`.
+    pub async fn run_via(
+        &self,
+        op: &OpJournal,
+        target: &IssueTarget,
+        policy: TokenPolicy,
+        delivery: Delivery<'_>,
     ) -> Result<BootstrapIssuerOutcome, StepError> {
         let guest_id = target.guest_id.to_string();
         let vmid = target.vmid.get();
@@ -223,7 +267,7 @@ impl BootstrapIssuer {
             if access_changed {
                 tracing::info!(guest_id = %guest_id, vmid, keys = keys.len(), "the signed plan changed the guest's keys; its bootstrap is issued again");
             }
-            self.issue(op, target, keys).await?;
+            self.issue(op, target, keys, delivery).await?;
         } else {
             tracing::info!(guest_id = %guest_id, vmid, "guest already has a local api token; kept");
         }
@@ -235,8 +279,8 @@ impl BootstrapIssuer {
         op: &OpJournal,
         target: &IssueTarget,
         ssh_authorized_keys: Vec<SshPublicKey>,
+        delivery: Delivery<'_>,
     ) -> Result<(), StepError> {
-        let guest_id = target.guest_id.to_string();
         let vmid = target.vmid.get();
         let keys = ssh_authorized_keys.len();
         let keys_sha256 = bosun_proto::guest_access::keys_sha256(&ssh_authorized_keys);
@@ -273,6 +317,28 @@ impl BootstrapIssuer {
                     reason: format!("the bootstrap document is invalid: {e}"),
                 })?
         };
+        if let Delivery::GuestAgent(writer) = delivery {
+            let detail = json!({
+                "vmid": vmid,
+                "destination": bosun_proto::helper::GUEST_BOOTSTRAP_PATH,
+                "local_api_fingerprint": endpoints.local_api_fingerprint,
+                "ssh_keys": keys,
+            });
+            let written = op
+                .local(
+                    StepName::WriteBootstrap,
+                    detail,
+                    writer.write(
+                        target.vmid,
+                        bosun_proto::helper::GUEST_BOOTSTRAP_PATH,
+                        text.as_bytes(),
+                    ),
+                )
+                .await;
+            text.zeroize();
+            written?;
+            return self.store_token(op, target, hash, keys_sha256).await;
+        }
         let document = BootstrapDocument::new(text.clone());
         text.zeroize();
         let document = document.map_err(|e| StepError::Other {
@@ -300,6 +366,20 @@ impl BootstrapIssuer {
         .await?;
         // The request held the token; it is dropped before the hash is recorded.
         drop(request);
+        self.store_token(op, target, hash, keys_sha256).await
+    }
+
+    /// `store_token`: the token's hash and the delivered keys' hash journaled, once the
+    /// bootstrap carrying them is in the guest.
+    async fn store_token(
+        &self,
+        op: &OpJournal,
+        target: &IssueTarget,
+        hash: TokenHash,
+        keys_sha256: [u8; 32],
+    ) -> Result<(), StepError> {
+        let guest_id = target.guest_id.to_string();
+        let vmid = target.vmid.get();
         op.local(
             StepName::StoreToken,
             json!({ "guest_id": guest_id, "vmid": vmid }),
@@ -323,7 +403,7 @@ impl BootstrapIssuer {
     /// the bootstrap hands the guest, and nothing from unsigned desired state. No plan, or
     /// none naming the guest: no key. A plan the journal cannot read fails the step rather
     /// than push a bootstrap that would take the guest's keys away.
-    async fn guest_keys(
+    pub(crate) async fn guest_keys(
         &self,
         op: &OpJournal,
         target: &IssueTarget,

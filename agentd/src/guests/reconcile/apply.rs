@@ -157,7 +157,11 @@ impl<P: Pve + 'static> Applier<P> {
 
     /// The desired guests this agent provisioned that hold no local-API token, when
     /// provisioning has a bootstrap to deliver (see [`Facts::tokenless`](super::plan::Facts::tokenless)).
-    pub async fn tokenless(&self, guests: &[ObservedGuest]) -> BTreeSet<Uuid> {
+    pub async fn tokenless(
+        &self,
+        guests: &[ObservedGuest],
+        vms: &[super::observe::ObservedVm],
+    ) -> BTreeSet<Uuid> {
         if !self.provisioner.has_post_start() {
             return BTreeSet::new();
         }
@@ -180,6 +184,7 @@ impl<P: Pve + 'static> Applier<P> {
         guests
             .iter()
             .filter_map(|o| o.guest_id)
+            .chain(vms.iter().map(|v| v.guest_id))
             .filter(|guest_id| {
                 let id = guest_id.to_string();
                 !holding.contains(&id) && !refused.contains(&id)

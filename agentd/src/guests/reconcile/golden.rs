@@ -24,7 +24,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use bosun_proto::desired::GoldenArchive;
+use bosun_proto::desired::{GoldenArchive, GuestKind};
 use bosun_proto::golden::{GoldenScopeError, Superseded, check_serial};
 use bosun_proto::helper::{ArchiveName, HashArchive, Output, Request};
 use parking_lot::Mutex;
@@ -46,7 +46,7 @@ pub use signed::{GoldenUse, admit_signed};
 #[derive(Debug, thiserror::Error)]
 pub enum GoldenRefusal {
     /// The volid is not a backup archive under a storage's dump directory.
-    #[error("golden volid {volid:?} is not a container backup archive")]
+    #[error("golden volid {volid:?} is not a backup archive")]
     NotAnArchive {
         /// The desired volid.
         volid: String,
@@ -178,6 +178,19 @@ pub enum GoldenRefusal {
         /// The desired version.
         version: String,
     },
+    /// The archive seeds guests of another kind than the guest's: a container base named for
+    /// a VM, or a VM base for a container (decision 0114). The kind is the signed document's
+    /// (a build of this host's helper is a container base), and the archive's file name must
+    /// say the same.
+    #[error("golden archive {volid} is a {archive} base, not a {guest} one")]
+    WrongKind {
+        /// The desired volid.
+        volid: String,
+        /// The kind the archive was signed (or built) for.
+        archive: GuestKind,
+        /// The guest's kind.
+        guest: GuestKind,
+    },
     /// The journal could not be read.
     #[error("reading the golden archive record of {volid}")]
     Journal {
@@ -215,7 +228,53 @@ impl GoldenRefusal {
             Self::Journal { .. } => "journal",
             Self::UnknownVersion { .. } => "unknown_version",
             Self::Superseded { .. } => "superseded",
+            Self::WrongKind { .. } => "wrong_kind",
         }
+    }
+}
+
+/// The kind of guest `record`'s archive seeds: a signed document's `kind` (the bytes the
+/// signature was verified over), a build of this host's helper a container; and the archive's
+/// file name (`vzdump-lxc-…`, `vzdump-qemu-…`) must agree. Anything but `kind` is refused
+/// before anything is restored (decision 0114).
+pub fn check_kind(record: &GoldenRecord, kind: GuestKind) -> Result<(), GoldenRefusal> {
+    let signed = match &record.source {
+        GoldenSource::Built => GuestKind::Lxc,
+        GoldenSource::Signed(signature) => {
+            serde_json::from_slice::<bosun_proto::golden::GoldenDocument>(&signature.document)
+                .map_err(|e| GoldenRefusal::BadSignedDocument {
+                    volid: record.volid.clone(),
+                    reason: e.to_string(),
+                })?
+                .kind
+        }
+    };
+    let name = record
+        .volid
+        .split_once(':')
+        .map(|(_, path)| path.rsplit('/').next().unwrap_or(path))
+        .unwrap_or_default();
+    let named = if name.starts_with("vzdump-qemu-") {
+        Some(GuestKind::Qemu)
+    } else if name.starts_with("vzdump-lxc-") {
+        Some(GuestKind::Lxc)
+    } else {
+        None
+    };
+    let refused = |archive| GoldenRefusal::WrongKind {
+        volid: record.volid.clone(),
+        archive,
+        guest: kind,
+    };
+    if signed != kind {
+        return Err(refused(signed));
+    }
+    match named {
+        Some(named) if named != kind => Err(refused(named)),
+        None => Err(GoldenRefusal::NotAnArchive {
+            volid: record.volid.clone(),
+        }),
+        Some(_) => Ok(()),
     }
 }
 
@@ -430,7 +489,11 @@ impl GoldenCheck {
 
     /// Whether `golden` may be restored now; gives its journal record. A golden version is
     /// first mapped to this host's newest build of it ([`resolve_version`]).
-    pub async fn check(&self, golden: &GoldenArchive) -> Result<GoldenRecord, GoldenRefusal> {
+    pub async fn check(
+        &self,
+        golden: &GoldenArchive,
+        kind: GuestKind,
+    ) -> Result<GoldenRecord, GoldenRefusal> {
         let signers = || AllowedSigners::load(&self.signers_path);
         let checked = async {
             let held = |kind| async move {
@@ -450,7 +513,9 @@ impl GoldenCheck {
             };
             let golden = resolve_version(&self.journal, at.recipe_serial, golden).await?;
             admit_signed(&self.journal, self.hasher.as_ref(), signers, at, &golden).await?;
-            verify(&self.journal, self.hasher.as_ref(), signers, at, &golden).await
+            let record = verify(&self.journal, self.hasher.as_ref(), signers, at, &golden).await?;
+            check_kind(&record, kind)?;
+            Ok(record)
         }
         .await;
         if let Err(refusal) = &checked {

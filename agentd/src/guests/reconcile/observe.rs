@@ -58,11 +58,26 @@ pub struct MigratedGuest {
     pub node: String,
 }
 
+/// A VM the agent created (decision 0114), as the cluster's guest list shows it on this
+/// node under the identity the agent wrote.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObservedVm {
+    /// The hub's guest id.
+    pub guest_id: Uuid,
+    /// Its vmid.
+    pub vmid: u32,
+    /// Whether it runs.
+    pub running: bool,
+}
+
 /// One pass's view of the host.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     /// Every container on the node.
     pub guests: Vec<ObservedGuest>,
+    /// The agent's own VMs on the node (held, so never lost; the planner acts on them only
+    /// for their bootstrap until VMs have the rest of a guest's lifecycle).
+    pub vms: Vec<ObservedVm>,
     /// Guests the agent created that are gone (or whose vmid a stranger holds).
     pub lost: Vec<LostGuest>,
     /// Guests the agent created that another node of the cluster holds now.
@@ -192,14 +207,60 @@ pub async fn observe<P: Pve>(
             locked,
         ));
     }
+    let vms = own_vms(pve, &known, &mut held).await?;
     let (lost, migrated) = lost_and_migrated(pve, journal, &known, &held, &unsettled).await?;
     Ok(Observed {
         guests,
+        vms,
         lost,
         migrated,
         gone: known.gone,
         unsettled,
     })
+}
+
+/// The agent's own VMs on this node: a journaled guest no container holds is looked for
+/// among the cluster's guests (one read, only while some journaled guest is not a container
+/// here) as a `qemu` guest on this node carrying the identity the agent wrote. Each one found
+/// is held (never lost) and given.
+async fn own_vms<P: Pve>(
+    pve: &P,
+    known: &Known,
+    held: &mut BTreeSet<u32>,
+) -> Result<Vec<ObservedVm>, ObserveError> {
+    let candidates: Vec<(u32, &Record)> = known
+        .provenance
+        .iter()
+        .filter(|(vmid, record)| !record.creating && !held.contains(vmid))
+        .map(|(vmid, record)| (*vmid, record))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cluster = pve.cluster_guests().await.map_err(ObserveError::Pve)?;
+    let here = pve.node().as_str();
+    let mut vms = Vec::new();
+    for (vmid, record) in candidates {
+        let Some(guest_id) = record.guest_id else {
+            continue;
+        };
+        let found = cluster.iter().find(|g| {
+            g.vmid == u64::from(vmid)
+                && g.kind == "qemu"
+                && g.node.as_deref() == Some(here)
+                && super::lookup::has_tag(g.tags.as_deref(), &record.identity)
+        });
+        if let Some(vm) = found {
+            held.insert(vmid);
+            vms.push(ObservedVm {
+                guest_id,
+                vmid,
+                running: vm.status.as_deref() == Some("running"),
+            });
+        }
+    }
+    vms.sort();
+    Ok(vms)
 }
 
 /// The guest id of the container at `vmid` when it is the journal's guest there: it carries

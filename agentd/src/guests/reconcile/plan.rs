@@ -95,6 +95,9 @@ pub struct Facts {
     pub lost: BTreeMap<Uuid, u32>,
     /// Guests a signed decommission destroyed: never provisioned again.
     pub gone: BTreeSet<Uuid>,
+    /// The agent's own VMs on the node, with their vmid and whether they run (decision
+    /// 0114): never provisioned again; only their bootstrap is delivered so far.
+    pub vms: BTreeMap<Uuid, (u32, bool)>,
     /// Guests this agent created that another node of the cluster holds now, with their vmid
     /// and that node: never provisioned or recovered here.
     pub migrated: BTreeMap<Uuid, (u32, String)>,
@@ -433,6 +436,20 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         );
         if facts.busy.contains(&guest_id) {
             out.findings.push(Finding::Deferred { guest_id });
+            continue;
+        }
+        if let Some(&(vmid, running)) = facts.vms.get(&guest_id) {
+            // A VM gets its bootstrap; its power, size and guard follow with the rest of a
+            // VM's lifecycle (issue 59's later parts).
+            if running
+                && spec.power == Power::Running
+                && (facts.tokenless.contains(&guest_id) || facts.access_stale.contains(&guest_id))
+            {
+                out.actions.push(Action::DeliverBootstrap {
+                    spec: Box::new(spec.clone()),
+                    vmid,
+                });
+            }
             continue;
         }
         let Some(o) = found else {

@@ -154,3 +154,41 @@ fn keys_count_as_changed_only_when_they_differ_from_the_ones_delivered() {
     assert!(delivered_differs(Some(&sha), &[]), "a key the plan dropped");
     assert!(!delivered_differs(Some(&none), &[]));
 }
+
+#[test]
+fn an_own_vm_is_never_provisioned_again_and_only_its_bootstrap_is_delivered() {
+    let g1 = Uuid::from_u128(1);
+    let mut state = desired("running");
+    state.guests[0].kind = bosun_proto::desired::GuestKind::Qemu;
+    // No container holds the guest: without the VM it is provisioned.
+    let none = plan(&state, &[], &Facts::default());
+    assert!(
+        matches!(none.actions.as_slice(), [Action::Provision { .. }]),
+        "{none:?}"
+    );
+    let vm = |running: bool, facts: Facts| Facts {
+        vms: [(g1, (4321, running))].into(),
+        ..facts
+    };
+    // Running without a token: its bootstrap, at its vmid, and nothing else.
+    let got = plan(&state, &[], &vm(true, tokenless()));
+    assert!(
+        matches!(
+            got.actions.as_slice(),
+            [Action::DeliverBootstrap { vmid: 4321, .. }]
+        ),
+        "{got:?}"
+    );
+    // With its token, or not running, or desired stopped: nothing (no start, no stop, no
+    // container call on a VM's vmid).
+    for (facts, state) in [
+        (vm(true, Facts::default()), state.clone()),
+        (vm(false, tokenless()), state.clone()),
+        (vm(true, tokenless()), desired("stopped")),
+    ] {
+        let mut state = state;
+        state.guests[0].kind = bosun_proto::desired::GuestKind::Qemu;
+        let got = plan(&state, &[], &facts);
+        assert!(got.actions.is_empty(), "{got:?}");
+    }
+}

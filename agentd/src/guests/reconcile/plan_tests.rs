@@ -37,6 +37,7 @@ pub(in crate::guests::reconcile) fn desired(guests: Vec<GuestSpec>) -> DesiredSt
 pub(in crate::guests::reconcile) fn spec(n: u128, power: Power) -> GuestSpec {
     GuestSpec {
         guest_id: Uuid::from_u128(n),
+        kind: Default::default(),
         hostname: format!("g{n}"),
         vmid: None,
         customer: CustomerIdentity {

@@ -99,6 +99,15 @@ fn migrated_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, String)>
         .collect()
 }
 
+/// The agent's own VMs of a pass, by guest id: their vmid and whether they run.
+fn vms_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, bool)> {
+    observed
+        .vms
+        .iter()
+        .map(|v| (v.guest_id, (v.vmid, v.running)))
+        .collect()
+}
+
 /// The lost guests of a pass, by guest id.
 fn lost_by_guest(observed: &Observed) -> std::collections::BTreeMap<uuid::Uuid, u32> {
     observed.lost.iter().map(|l| (l.guest_id, l.vmid)).collect()
@@ -403,6 +412,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 restart_limit: self.restart_limit,
                 lost: lost_by_guest(&observed),
                 migrated: migrated_by_guest(&observed),
+                vms: vms_by_guest(&observed),
                 gone: observed.gone.clone(),
                 awaiting_recovery: facts.awaiting_recovery.clone(),
                 hot_places: facts.hot_places.clone(),
@@ -439,7 +449,10 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 .collect(),
             start_failures: failures.start,
             restart_limit: self.restart_limit,
-            tokenless: self.applier.tokenless(&observed.guests).await,
+            tokenless: self
+                .applier
+                .tokenless(&observed.guests, &observed.vms)
+                .await,
             access_stale: self
                 .applier
                 .access_stale(
@@ -449,6 +462,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 .await,
             lost: lost_by_guest(observed),
             migrated: migrated_by_guest(observed),
+            vms: vms_by_guest(observed),
             gone: observed.gone.clone(),
             recover_failures: failures.recover,
             host_loss: BTreeMap::new(),
@@ -553,6 +567,25 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 }
             })
             .chain(lost)
+            .chain(observed.vms.iter().map(|v| {
+                GuestReport {
+                    guest_id: Some(v.guest_id),
+                    vmid: v.vmid,
+                    hostname: snapshot
+                        .and_then(|s| s.state.guests.iter().find(|g| g.guest_id == v.guest_id))
+                        .map(|g| g.hostname.clone())
+                        .unwrap_or_default(),
+                    status: if v.running {
+                        GuestStatus::Running
+                    } else {
+                        GuestStatus::Stopped
+                    },
+                    resources: None,
+                    controller_digest: None,
+                    controller_expected: None,
+                    addresses: Vec::new(),
+                }
+            }))
             .collect();
         let refused = snapshot.map_or_else(Vec::new, |s| {
             super::refusals::of(

@@ -84,6 +84,17 @@ pub async fn replay<P: Pve + 'static>(
         };
         let op = OpJournal::resume(journal, unfinished.operation.op_id, kind);
         close_open_step(pve, &op, &unfinished).await;
+        if kind == OpKind::ProvisionVm {
+            replay_vm(
+                provisioner,
+                &op,
+                &unfinished,
+                desired.as_ref(),
+                &mut summary,
+            )
+            .await;
+            continue;
+        }
         if kind != OpKind::Provision && kind != OpKind::Recover {
             let _ = op
                 .finish(
@@ -126,6 +137,36 @@ pub async fn replay<P: Pve + 'static>(
 enum Outcome {
     Resumed,
     RolledBack,
+}
+
+/// Replays a `provision_vm` through the VM provisioner ([`super::provision::vm`]); without
+/// one the operation is left `running` (its VM, if any, untouched) for an agent that has it.
+async fn replay_vm<P: Pve + 'static>(
+    provisioner: &Provisioner<P>,
+    op: &OpJournal,
+    unfinished: &UnfinishedOperation,
+    desired: Option<&DesiredState>,
+    summary: &mut ReplaySummary,
+) {
+    let Some(vms) = provisioner.vms() else {
+        summary.stuck += 1;
+        tracing::error!(op_id = %op.op_id(), "an interrupted vm provisioning needs the vm provisioner; left for the next start");
+        return;
+    };
+    let spec = unfinished
+        .operation
+        .guest_id
+        .as_deref()
+        .and_then(|g| Uuid::parse_str(g).ok())
+        .and_then(|g| desired.and_then(|d| d.guests.iter().find(|s| s.guest_id == g)));
+    match vms.replay(op, spec).await {
+        Ok(true) => summary.resumed += 1,
+        Ok(false) => summary.rolled_back += 1,
+        Err(reason) => {
+            summary.stuck += 1;
+            tracing::error!(op_id = %op.op_id(), error = %reason, "replay could neither resume nor roll back a vm provisioning");
+        }
+    }
 }
 
 /// How an interrupted bring-up continues once its guest is found.

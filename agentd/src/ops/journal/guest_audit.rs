@@ -64,6 +64,7 @@ const HOST_WIDE: [(&str, &[&str]); 3] = [
 pub fn customer_visible(kind: OpKind) -> bool {
     match kind {
         OpKind::Provision
+        | OpKind::ProvisionVm
         | OpKind::SetSpec
         | OpKind::GrowRootfs
         | OpKind::Start

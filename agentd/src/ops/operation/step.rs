@@ -126,6 +126,20 @@ step_names! {
     CompensateStop => "compensate_stop", waited as StopCt, found as None,
     /// A rollback's destroy of what the operation created.
     CompensateDestroy => "compensate_destroy", waited as DestroyCt, found as None,
+    /// A VM restored from its golden archive with its identity (decision 0114).
+    RestoreVm => "restore_vm", waited as RestoreVm, found as None,
+    /// A new VM's identity and guard read back from its config.
+    CheckVmIdentity => "check_vm_identity", waited as TaskStatus, found as None,
+    /// A VM started.
+    StartVm => "start_vm", waited as StartVm, found as None,
+    /// A new VM's guest agent waited for (`agent/ping`, bounded).
+    AgentPing => "agent_ping", waited as TaskStatus, found as None,
+    /// A VM's bootstrap written through its guest agent (`agent/file-write`).
+    WriteBootstrap => "write_bootstrap", waited as TaskStatus, found as None,
+    /// A rollback's stop of the VM the operation created.
+    CompensateStopVm => "compensate_stop_vm", waited as StopVm, found as None,
+    /// A rollback's destroy of the VM the operation created.
+    CompensateDestroyVm => "compensate_destroy_vm", waited as DestroyVm, found as None,
 
     // Snapshots, rollbacks and controller rollouts.
     /// A snapshot taken.
@@ -219,6 +233,9 @@ impl StepName {
                 | StepName::Break
                 | StepName::CompensateStop
                 | StepName::CompensateDestroy
+                | StepName::CompensateStopVm
+                | StepName::CompensateDestroyVm
+                | StepName::CheckVmIdentity
                 | StepName::HelperClose
         )
     }
@@ -322,6 +339,13 @@ mod tests {
         ("adopt_check", StepName::AdoptCheck),
         ("record_adopted", StepName::RecordAdopted),
         ("tag_identity", StepName::TagIdentity),
+        ("restore_vm", StepName::RestoreVm),
+        ("check_vm_identity", StepName::CheckVmIdentity),
+        ("start_vm", StepName::StartVm),
+        ("agent_ping", StepName::AgentPing),
+        ("write_bootstrap", StepName::WriteBootstrap),
+        ("compensate_stop_vm", StepName::CompensateStopVm),
+        ("compensate_destroy_vm", StepName::CompensateDestroyVm),
     ];
 
     #[test]

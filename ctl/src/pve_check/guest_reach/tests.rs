@@ -43,18 +43,24 @@ fn reach_on_vms_or_root_or_a_foreign_vm_fails() {
         );
         assert!(c.detail.contains(path), "{c:?}");
     }
-    let cloudinit = held(&[("/pool/bosun", PVE9), ("/vms", &["VM.Config.Cloudinit"])]);
-    let c = judge(&cloudinit, &BTreeSet::new(), "9.1", TOKEN);
-    assert_eq!(c.status, super::super::report::Status::Fail, "{c:?}");
+    for identity in ["VM.Config.Cloudinit", "VM.Config.HWType"] {
+        let wide = held(&[("/pool/bosun", PVE9), ("/vms", &[identity])]);
+        let c = judge(&wide, &BTreeSet::new(), "9.1", TOKEN);
+        assert_eq!(
+            c.status,
+            super::super::report::Status::Fail,
+            "{identity}: {c:?}"
+        );
+    }
 }
 
 #[test]
 fn pve8_wants_vm_monitor_on_the_pool_and_nowhere_else() {
-    let ok = held(&[("/pool/bosun", &["VM.Config.Cloudinit", "VM.Monitor"])]);
+    let ok = held(&[("/pool/bosun", bosun_pve::BOSUN_GUEST_PRIVILEGES_PVE8)]);
     let c = judge(&ok, &BTreeSet::new(), "8.4", TOKEN);
     assert_eq!(c.status, super::super::report::Status::Ok, "{c:?}");
     let wide = held(&[
-        ("/pool/bosun", &["VM.Config.Cloudinit", "VM.Monitor"]),
+        ("/pool/bosun", bosun_pve::BOSUN_GUEST_PRIVILEGES_PVE8),
         ("/vms", &["VM.Monitor"]),
     ]);
     let c = judge(&wide, &BTreeSet::new(), "8.4", TOKEN);

@@ -166,6 +166,7 @@ fn backoff_doubles_from_five_minutes_up_to_the_interval() {
 fn spec(n: u128, power: Power) -> GuestSpec {
     GuestSpec {
         guest_id: Uuid::from_u128(n),
+        kind: Default::default(),
         hostname: format!("g{n}"),
         vmid: None,
         customer: CustomerIdentity {

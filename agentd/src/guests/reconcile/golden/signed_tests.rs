@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use bosun_proto::desired::GuestKind;
 use bosun_proto::golden::{GoldenDocument, SignedGolden};
 use jiff::SignedDuration;
 
@@ -362,16 +363,22 @@ async fn the_provisioning_check_uses_the_clock_and_the_current_signers_file() {
     // No helper here: a covered archive gets as far as hashing and stops there.
     let check = GoldenCheck::new(j.clone(), None, path.clone(), HOST, clock.shared());
     let reason = |r: Result<GoldenRecord, GoldenRefusal>| r.unwrap_err().reason();
-    assert_eq!(reason(check.check(&entry).await), "no_helper");
+    assert_eq!(
+        reason(check.check(&entry, GuestKind::Lxc).await),
+        "no_helper"
+    );
     std::fs::write(&path, "").unwrap();
-    assert_eq!(reason(check.check(&entry).await), "signer_revoked");
+    assert_eq!(
+        reason(check.check(&entry, GuestKind::Lxc).await),
+        "signer_revoked"
+    );
     std::fs::write(
         &path,
         op.line(&format!("namespaces=\"{GOLDEN_NAMESPACE}\"")) + "\n",
     )
     .unwrap();
     clock.advance(Duration::from_secs(3600));
-    assert_eq!(reason(check.check(&entry).await), "expired");
+    assert_eq!(reason(check.check(&entry, GuestKind::Lxc).await), "expired");
     let audited: Vec<String> = j
         .audit_since(0, 100)
         .await

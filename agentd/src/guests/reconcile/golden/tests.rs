@@ -282,12 +282,22 @@ async fn a_refusal_is_audited_once_and_the_memory_of_refusals_is_bounded() {
             .count()
     };
     for _ in 0..3 {
-        assert!(check.check(&golden(OTHER, HASH)).await.is_err());
+        assert!(
+            check
+                .check(&golden(OTHER, HASH), GuestKind::Lxc)
+                .await
+                .is_err()
+        );
     }
     assert_eq!(refused(j.clone()).await, 1, "audited once");
     for i in 0..MAX_REPORTED_REFUSALS + 10 {
         let volid = format!("local:backup/vzdump-lxc-{i}-2026_11_20-03_00_00.tar.zst");
-        assert!(check.check(&golden(&volid, HASH)).await.is_err());
+        assert!(
+            check
+                .check(&golden(&volid, HASH), GuestKind::Lxc)
+                .await
+                .is_err()
+        );
     }
     assert!(check.reported.lock().len() <= MAX_REPORTED_REFUSALS);
     assert_eq!(refused(j).await, MAX_REPORTED_REFUSALS + 11);
@@ -336,4 +346,95 @@ async fn a_build_of_an_older_recipe_seeds_no_guest_once_a_newer_recipe_is_held()
         "never lowered"
     );
     resolve_version(&j, 2, &named).await.unwrap();
+}
+
+/// A journaled record of `volid` from `source`.
+fn record(volid: &str, source: GoldenSource) -> GoldenRecord {
+    GoldenRecord {
+        volid: volid.into(),
+        sha256: HASH.into(),
+        source,
+        built_at: jiff::Timestamp::UNIX_EPOCH,
+        verified_at: None,
+    }
+}
+
+/// A signed source whose document names `volid` for guests of `kind`.
+fn signed_for(volid: &str, kind: GuestKind) -> GoldenSource {
+    let document = bosun_proto::golden::GoldenDocument::new(volid, HASH).for_kind(kind);
+    GoldenSource::Signed(crate::ops::journal::GoldenSignature {
+        document: serde_json::to_vec(&document).unwrap(),
+        signature: "sig".into(),
+        fingerprint: "SHA256:x".into(),
+        principals: "op".into(),
+    })
+}
+
+#[test]
+fn a_base_seeds_only_guests_of_the_kind_it_was_signed_for_and_named_as() {
+    const VM: &str = "local:backup/vzdump-qemu-9001-2026_01_01-00_00_00.vma.zst";
+    let kind_of = |r: Result<(), GoldenRefusal>| match r {
+        Ok(()) => "ok".to_owned(),
+        Err(GoldenRefusal::WrongKind { archive, .. }) => format!("wrong_kind({archive})"),
+        Err(e) => e.reason().to_owned(),
+    };
+    let cases = [
+        // A container base: signed (before VMs, no kind) or built here.
+        (
+            record(GOLDEN, signed_for(GOLDEN, GuestKind::Lxc)),
+            GuestKind::Lxc,
+            "ok",
+        ),
+        (
+            record(GOLDEN, signed_for(GOLDEN, GuestKind::Lxc)),
+            GuestKind::Qemu,
+            "wrong_kind(lxc)",
+        ),
+        (record(GOLDEN, GoldenSource::Built), GuestKind::Lxc, "ok"),
+        (
+            record(GOLDEN, GoldenSource::Built),
+            GuestKind::Qemu,
+            "wrong_kind(lxc)",
+        ),
+        // A VM base signed for VMs.
+        (
+            record(VM, signed_for(VM, GuestKind::Qemu)),
+            GuestKind::Qemu,
+            "ok",
+        ),
+        (
+            record(VM, signed_for(VM, GuestKind::Qemu)),
+            GuestKind::Lxc,
+            "wrong_kind(qemu)",
+        ),
+        // A VM archive signed as a container base, and the other way round: the name
+        // and the signed kind must agree with the guest.
+        (
+            record(VM, signed_for(VM, GuestKind::Lxc)),
+            GuestKind::Qemu,
+            "wrong_kind(lxc)",
+        ),
+        (
+            record(VM, signed_for(VM, GuestKind::Lxc)),
+            GuestKind::Lxc,
+            "wrong_kind(qemu)",
+        ),
+        (
+            record(GOLDEN, signed_for(GOLDEN, GuestKind::Qemu)),
+            GuestKind::Qemu,
+            "wrong_kind(lxc)",
+        ),
+        // No vzdump name at all.
+        (
+            record(
+                "local:iso/x.iso",
+                signed_for("local:iso/x.iso", GuestKind::Qemu),
+            ),
+            GuestKind::Qemu,
+            "not_an_archive",
+        ),
+    ];
+    for (i, (record, kind, want)) in cases.iter().enumerate() {
+        assert_eq!(kind_of(check_kind(record, *kind)), *want, "case {i}");
+    }
 }

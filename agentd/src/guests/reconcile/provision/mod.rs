@@ -51,8 +51,12 @@ mod dr_restore;
 mod hot;
 mod restore;
 mod steps;
+pub mod vm;
+mod vm_lookup;
+mod vm_steps;
 
 pub use dr_restore::Recovery;
+pub use vm::{VmBringup, VmProvisioner};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -61,7 +65,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::GuestSpec;
+use bosun_proto::desired::{GuestKind, GuestSpec};
 
 use super::golden::GoldenCheck;
 use crate::config::addresses::AddressPool;
@@ -154,6 +158,15 @@ pub enum ProvisionError {
         #[source]
         source: StepError,
     },
+    /// The guest is of a kind this agent builds no guest of (a `qemu` guest on an agent
+    /// without the VM provisioner).
+    #[error("guest {guest_id} is a {kind} guest, which this agent does not provision")]
+    Unsupported {
+        /// The guest.
+        guest_id: String,
+        /// Its kind.
+        kind: bosun_proto::desired::GuestKind,
+    },
     /// A step failed and so did the rollback; the operation stays unfinished
     /// for replay.
     #[error("provisioning guest {guest_id} failed and its rollback failed too ({rollback})")]
@@ -196,6 +209,8 @@ pub struct Provisioner<P: Pve> {
     controllers: Option<ControllerBoard>,
     /// The host's pool of guest addresses (`[addresses]`; `address.rs`).
     addresses: Option<AddressPool>,
+    /// What builds `qemu` guests ([`vm`]); none: they are refused.
+    vms: Option<Arc<dyn VmBringup>>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -218,6 +233,7 @@ impl<P: Pve> fmt::Debug for Provisioner<P> {
             .field("extensions", &self.extensions)
             .field("post_start", &self.post_start)
             .field("guest_helper", &self.guest_helper)
+            .field("vms", &self.vms)
             .finish()
     }
 }
@@ -238,6 +254,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             progress: Arc::clone(&self.progress),
             controllers: self.controllers.clone(),
             addresses: self.addresses.clone(),
+            vms: self.vms.clone(),
         }
     }
 }
@@ -273,7 +290,33 @@ impl<P: Pve + 'static> Provisioner<P> {
             progress: Arc::default(),
             controllers: None,
             addresses: None,
+            vms: None,
         }
+    }
+
+    /// Builds `qemu` guests with `vms` (decision 0114).
+    pub fn with_vms(mut self, vms: Arc<dyn VmBringup>) -> Self {
+        self.vms = Some(vms);
+        self
+    }
+
+    /// What builds `qemu` guests, if anything.
+    pub fn vms(&self) -> Option<&Arc<dyn VmBringup>> {
+        self.vms.as_ref()
+    }
+
+    /// `vms`, or the refusal of `spec`'s guest.
+    #[expect(
+        clippy::result_large_err,
+        reason = "ProvisionError is the one error of a provisioning"
+    )]
+    fn vms_for(&self, spec: &GuestSpec) -> Result<&Arc<dyn VmBringup>, ProvisionError> {
+        self.vms
+            .as_ref()
+            .ok_or_else(|| ProvisionError::Unsupported {
+                guest_id: spec.guest_id.to_string(),
+                kind: spec.kind,
+            })
     }
 
     /// Tells `hook` of every guest this provisioner (and each of its clones) starts making.
@@ -353,6 +396,9 @@ impl<P: Pve + 'static> Provisioner<P> {
         spec: &GuestSpec,
         origin: impl Into<Origin>,
     ) -> Result<Vmid, ProvisionError> {
+        if spec.kind == GuestKind::Qemu {
+            return self.vms_for(spec)?.provision(spec, origin.into()).await;
+        }
         let op = self
             .begin(OpKind::Provision, spec, spec.vmid, origin.into())
             .await?;
@@ -461,6 +507,12 @@ impl<P: Pve + 'static> Provisioner<P> {
         vmid: Vmid,
         origin: impl Into<Origin>,
     ) -> Result<(), ProvisionError> {
+        if spec.kind == GuestKind::Qemu {
+            return self
+                .vms_for(spec)?
+                .deliver_bootstrap(spec, vmid, origin.into())
+                .await;
+        }
         let op = self
             .begin(
                 OpKind::DeliverBootstrap,

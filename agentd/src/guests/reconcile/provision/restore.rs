@@ -197,7 +197,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let record = op
             .local(StepName::CheckGolden, detail, async {
                 self.golden
-                    .check(&spec.golden)
+                    .check(&spec.golden, spec.kind)
                     .await
                     .map_err(|e| error_chain(&e))
             })
