@@ -315,18 +315,21 @@ fn hash_archive_refuses_symlinks_other_names_and_missing_files() {
     for bad in [
         "../etc/bosun/helper.json",
         "/etc/shadow",
-        "vzdump-qemu-100-2026_11_21-10_00_00.vma.zst",
+        "vzdump-lxc-100-2026_11_21-10_00_00.vma.zst",
+        "vzdump-qemu-100-2026_11_21-10_00_00.vma.xz",
         "vzdump-lxc-100-2026_11_21-10_00_00.tar.zst/x",
     ] {
         let call = install.run_as_sudo(&["hash_archive"], uid, &hash_request(bad));
         expect_refused(&call, "malformed");
     }
-    let call = install.run_as_sudo(
-        &["hash_archive"],
-        uid,
-        &hash_request("vzdump-lxc-9003-2026_11_21-10_00_00.tar.zst"),
-    );
-    expect_refused(&call, "not_found");
+    // A container's and a VM's archive name are both well formed; neither is there.
+    for missing in [
+        "vzdump-lxc-9003-2026_11_21-10_00_00.tar.zst",
+        "vzdump-qemu-100-2026_11_21-10_00_00.vma.zst",
+    ] {
+        let call = install.run_as_sudo(&["hash_archive"], uid, &hash_request(missing));
+        expect_refused(&call, "not_found");
+    }
 }
 
 #[test]

@@ -192,6 +192,11 @@ pub const DESIRED: &[Entry] = &[
         "grow the root disk; a disk is never shrunk",
     ),
     entry(
+        "guests[].kind",
+        MayAdd,
+        "a new guest's kind; restored only from a signed golden of that kind, an existing guest is never converted",
+    ),
+    entry(
         "guests[].power",
         MayAdd,
         "start or stop; stopping keeps the guest and its backups",
