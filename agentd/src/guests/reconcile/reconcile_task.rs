@@ -3,15 +3,21 @@
 //!
 //! A pass observes the host, plans, applies through the queue and publishes
 //! a [`ReconcileStatus`] on a `watch` channel for the hub loop to report. A
-//! pass that fails to read the host is logged and retried at the next tick;
-//! cancelling the loop between passes is safe, and a pass in progress is
-//! finished first (its operations are journaled either way).
+//! pass that fails to read the host is logged and retried at the next tick.
+//! Cancelling the loop ends it at once, mid-pass too: a pass only reads, plans and
+//! waits for the operations it queued, and those run on the [`GuestQueue`]'s own tasks
+//! (journaled, waited for by the agent's stop), so leaving the pass loses nothing.
+//!
+//! [`GuestQueue`]: crate::guests::queue::GuestQueue
 //!
 //! A pass whose actions all failed is followed by a pause that doubles with each
 //! such pass in a row (from [`BACKOFF_FIRST`] up to [`BACKOFF_CAP`]) instead of an
 //! immediate next pass; a pass where some actions failed and others succeeded
 //! pauses [`BACKOFF_FIRST`], so one failing guest does not hold the others back; a new desired state or an explicit wake ends the
-//! pause early. Each pass runs inside a `reconcile` span carrying the
+//! pause early. Passes that act and leave more to do follow each other at once, but at
+//! most [`PROGRESS_STREAK`] in a row: an action that succeeds without the host ever
+//! converging (Proxmox not showing what was set) pauses the loop, not spins it against
+//! Proxmox. Each pass runs inside a `reconcile` span carrying the
 //! generation and the request id of the poll that brought it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,6 +46,10 @@ use crate::ops::operation::Origin;
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// The longest pause between failing passes.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(120);
+
+/// Passes in a row that acted and left more to do before the loop pauses
+/// [`BACKOFF_FIRST`] all the same.
+pub const PROGRESS_STREAK: u32 = 8;
 
 /// The pause after `failures` failing passes in a row.
 pub fn backoff(failures: u32) -> Duration {
@@ -72,6 +82,65 @@ impl PassEnd {
             Self::Progressed => "progressed",
             Self::Partly => "partly_failed",
             Self::Failed => "failed",
+        }
+    }
+}
+
+/// When the next pass runs, from how the passes before ended.
+#[derive(Debug)]
+struct Pacing {
+    /// The pause after a settled pass.
+    interval: Duration,
+    /// Passes in a row where every action failed (a partly failed pass counts as one).
+    failures: u32,
+    /// Passes in a row that progressed.
+    streak: u32,
+}
+
+impl Pacing {
+    /// A new desired state: whatever failed before may succeed now.
+    fn reset(&mut self) {
+        self.failures = 0;
+        self.streak = 0;
+    }
+
+    /// The pause before the next pass after one that ended `end`; `None` for at once.
+    fn after(&mut self, end: PassEnd) -> Option<Duration> {
+        if end != PassEnd::Progressed {
+            self.streak = 0;
+        }
+        match end {
+            PassEnd::Progressed => {
+                self.failures = 0;
+                self.streak += 1;
+                if self.streak < PROGRESS_STREAK {
+                    return None;
+                }
+                tracing::warn!(
+                    passes = self.streak,
+                    "reconcile passes keep acting without the host converging; pausing"
+                );
+                self.streak = 0;
+                Some(BACKOFF_FIRST)
+            }
+            PassEnd::Settled => {
+                self.failures = 0;
+                Some(self.interval)
+            }
+            PassEnd::Partly => {
+                self.failures = 1;
+                Some(backoff(1))
+            }
+            PassEnd::Failed => {
+                self.failures = self.failures.saturating_add(1);
+                let pause = backoff(self.failures);
+                tracing::info!(
+                    failures = self.failures,
+                    pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                    "reconcile pass failed; backing off"
+                );
+                Some(pause)
+            }
         }
     }
 }
@@ -228,59 +297,49 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         self
     }
 
-    /// Runs until `cancel`.
+    /// Runs until `cancel`; a pass in progress is left where it is (see the module docs).
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut last_generation = 0;
-        let mut failures = 0u32;
+        let mut pacing = Pacing {
+            interval: self.interval,
+            failures: 0,
+            streak: 0,
+        };
         let mut journaled = self.status.borrow().applied_generation;
-        loop {
+        while !cancel.is_cancelled() {
             let snapshot = self.desired.borrow_and_update().clone();
             if let Some(s) = &snapshot
                 && s.generation != last_generation
             {
                 last_generation = s.generation;
                 self.applier.new_generation();
-                failures = 0;
+                pacing.reset();
             }
-            let end = {
-                let span = match &snapshot {
-                    Some(s) => tracing::info_span!(
-                        "reconcile",
-                        generation = s.generation,
-                        request_id = %s.request_id.as_deref().unwrap_or_default(),
-                        correlation_id = %s.correlation_id.as_deref().unwrap_or_default()
-                    ),
-                    None => tracing::info_span!("reconcile", generation = 0u64),
-                };
-                let started = std::time::Instant::now();
-                let end = self.pass(snapshot).instrument(span).await;
-                crate::metrics::agent().reconcile_pass(end.as_str(), started.elapsed());
-                end
+            let span = match &snapshot {
+                Some(s) => tracing::info_span!(
+                    "reconcile",
+                    generation = s.generation,
+                    request_id = %s.request_id.as_deref().unwrap_or_default(),
+                    correlation_id = %s.correlation_id.as_deref().unwrap_or_default()
+                ),
+                None => tracing::info_span!("reconcile", generation = 0u64),
             };
-            journaled = self.journal_applied(journaled).await;
-            let pause = match end {
-                PassEnd::Progressed => {
-                    failures = 0;
-                    continue;
-                }
-                PassEnd::Settled => {
-                    failures = 0;
-                    self.interval
-                }
-                PassEnd::Partly => {
-                    failures = 1;
-                    backoff(failures)
-                }
-                PassEnd::Failed => {
-                    failures = failures.saturating_add(1);
-                    let pause = backoff(failures);
+            let started = std::time::Instant::now();
+            let end = tokio::select! {
+                biased;
+                () = cancel.cancelled() => {
                     tracing::info!(
-                        failures,
-                        pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-                        "reconcile pass failed; backing off"
+                        running_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        "stopping: the reconcile pass in progress is left; what it queued still ends"
                     );
-                    pause
+                    return;
                 }
+                end = self.pass(snapshot).instrument(span) => end,
+            };
+            crate::metrics::agent().reconcile_pass(end.as_str(), started.elapsed());
+            journaled = self.journal_applied(journaled).await;
+            let Some(pause) = pacing.after(end) else {
+                continue;
             };
             tokio::select! {
                 () = cancel.cancelled() => return,

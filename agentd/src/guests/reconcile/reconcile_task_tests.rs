@@ -21,3 +21,31 @@ fn only_a_pass_where_every_action_failed_lengthens_the_pause() {
     assert_eq!(backoff(2), BACKOFF_FIRST * 2);
     assert_eq!(backoff(30), BACKOFF_CAP);
 }
+
+#[test]
+fn passes_that_keep_progressing_pause_after_a_streak() {
+    let mut pacing = Pacing {
+        interval: Duration::from_secs(30),
+        failures: 0,
+        streak: 0,
+    };
+    for pass in 1..PROGRESS_STREAK {
+        assert_eq!(pacing.after(PassEnd::Progressed), None, "pass {pass}");
+    }
+    assert_eq!(pacing.after(PassEnd::Progressed), Some(BACKOFF_FIRST));
+    // The streak starts again after the pause, and any other end breaks it.
+    assert_eq!(pacing.after(PassEnd::Progressed), None);
+    assert_eq!(
+        pacing.after(PassEnd::Settled),
+        Some(Duration::from_secs(30))
+    );
+    for _ in 1..PROGRESS_STREAK {
+        assert_eq!(pacing.after(PassEnd::Progressed), None);
+    }
+    assert_eq!(pacing.after(PassEnd::Failed), Some(BACKOFF_FIRST));
+    assert_eq!(pacing.after(PassEnd::Failed), Some(BACKOFF_FIRST * 2));
+    assert_eq!(pacing.after(PassEnd::Partly), Some(BACKOFF_FIRST));
+    assert_eq!(pacing.after(PassEnd::Failed), Some(BACKOFF_FIRST * 2));
+    pacing.reset();
+    assert_eq!(pacing.after(PassEnd::Failed), Some(BACKOFF_FIRST));
+}
