@@ -13,6 +13,7 @@ pub mod lookup;
 pub mod network_guard;
 pub mod observe;
 pub mod order;
+pub mod pacing;
 pub mod plan;
 pub mod provision;
 pub mod reconcile_task;

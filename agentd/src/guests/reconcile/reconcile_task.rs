@@ -10,15 +10,9 @@
 //!
 //! [`GuestQueue`]: crate::guests::queue::GuestQueue
 //!
-//! A pass whose actions all failed is followed by a pause that doubles with each
-//! such pass in a row (from [`BACKOFF_FIRST`] up to [`BACKOFF_CAP`]) instead of an
-//! immediate next pass; a pass where some actions failed and others succeeded
-//! pauses [`BACKOFF_FIRST`], so one failing guest does not hold the others back; a new desired state or an explicit wake ends the
-//! pause early. Passes that act and leave more to do follow each other at once, but at
-//! most [`PROGRESS_STREAK`] in a row: an action that succeeds without the host ever
-//! converging (Proxmox not showing what was set) pauses the loop, not spins it against
-//! Proxmox. Each pass runs inside a `reconcile` span carrying the
-//! generation and the request id of the poll that brought it.
+//! When the next pass runs after one ends is [`super::pacing`]'s choice; a new desired
+//! state or an explicit wake ends a pause early. Each pass runs inside a `reconcile` span
+//! carrying the generation and the request id of the poll that brought it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -35,129 +29,13 @@ use tracing::Instrument;
 use super::apply::Applier;
 use super::config_cache::ConfigCache;
 use super::observe::{ObserveError, Observed};
+use super::pacing::{Pacing, PassEnd, pass_end};
 use super::plan::{Facts, Finding, ObservedPower, plan};
 use crate::data::desired::DesiredSnapshot;
 use crate::data::recovery::host_loss::HostLossSearch;
 use crate::data::storage::hot::HotPlaces;
 use crate::ops::journal::JournalHandle;
 use crate::ops::operation::Origin;
-
-/// The pause after the first failing pass.
-pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
-/// The longest pause between failing passes.
-pub const BACKOFF_CAP: Duration = Duration::from_secs(120);
-
-/// Passes in a row that acted and left more to do before the loop pauses
-/// [`BACKOFF_FIRST`] all the same.
-pub const PROGRESS_STREAK: u32 = 8;
-
-/// The pause after `failures` failing passes in a row.
-pub fn backoff(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    BACKOFF_FIRST
-        .saturating_mul(1 << doublings)
-        .min(BACKOFF_CAP)
-}
-
-/// How a pass ended, for choosing when the next one runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PassEnd {
-    /// Nothing more to do now: the next pass at the interval.
-    Settled,
-    /// Actions succeeded and more remain: the next pass at once.
-    Progressed,
-    /// Some actions failed and others succeeded: progress was made, so the pause is the
-    /// first backoff step, not a longer one (one failing guest must not hold the others
-    /// back for minutes).
-    Partly,
-    /// Every action failed: the next pass after a backoff that grows with each such pass.
-    Failed,
-}
-
-impl PassEnd {
-    /// Its `outcome` label in the agent's metrics.
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Settled => "settled",
-            Self::Progressed => "progressed",
-            Self::Partly => "partly_failed",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-/// When the next pass runs, from how the passes before ended.
-#[derive(Debug)]
-struct Pacing {
-    /// The pause after a settled pass.
-    interval: Duration,
-    /// Passes in a row where every action failed (a partly failed pass counts as one).
-    failures: u32,
-    /// Passes in a row that progressed.
-    streak: u32,
-}
-
-impl Pacing {
-    /// A new desired state: whatever failed before may succeed now.
-    fn reset(&mut self) {
-        self.failures = 0;
-        self.streak = 0;
-    }
-
-    /// The pause before the next pass after one that ended `end`; `None` for at once.
-    fn after(&mut self, end: PassEnd) -> Option<Duration> {
-        if end != PassEnd::Progressed {
-            self.streak = 0;
-        }
-        match end {
-            PassEnd::Progressed => {
-                self.failures = 0;
-                self.streak += 1;
-                if self.streak < PROGRESS_STREAK {
-                    return None;
-                }
-                tracing::warn!(
-                    passes = self.streak,
-                    "reconcile passes keep acting without the host converging; pausing"
-                );
-                self.streak = 0;
-                Some(BACKOFF_FIRST)
-            }
-            PassEnd::Settled => {
-                self.failures = 0;
-                Some(self.interval)
-            }
-            PassEnd::Partly => {
-                self.failures = 1;
-                Some(backoff(1))
-            }
-            PassEnd::Failed => {
-                self.failures = self.failures.saturating_add(1);
-                let pause = backoff(self.failures);
-                tracing::info!(
-                    failures = self.failures,
-                    pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-                    "reconcile pass failed; backing off"
-                );
-                Some(pause)
-            }
-        }
-    }
-}
-
-/// How a pass that acted ended: `remaining` whether a fresh plan still has actions,
-/// `succeeded`/`failed` how many of this pass's actions did.
-fn pass_end(remaining: bool, succeeded: usize, failed: usize) -> PassEnd {
-    if !remaining {
-        PassEnd::Settled
-    } else if failed == 0 {
-        PassEnd::Progressed
-    } else if succeeded == 0 {
-        PassEnd::Failed
-    } else {
-        PassEnd::Partly
-    }
-}
 
 /// The guests of a pass another node of the cluster holds, by guest id.
 fn migrated_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, String)> {
@@ -300,11 +178,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
     /// Runs until `cancel`; a pass in progress is left where it is (see the module docs).
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut last_generation = 0;
-        let mut pacing = Pacing {
-            interval: self.interval,
-            failures: 0,
-            streak: 0,
-        };
+        let mut pacing = Pacing::new(self.interval);
         let mut journaled = self.status.borrow().applied_generation;
         while !cancel.is_cancelled() {
             let snapshot = self.desired.borrow_and_update().clone();
@@ -700,7 +574,3 @@ fn provisioning_reporter(
         });
     })
 }
-
-#[cfg(test)]
-#[path = "reconcile_task_tests.rs"]
-mod tests;
