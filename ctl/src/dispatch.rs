@@ -44,10 +44,10 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
             return Ok(());
         }
         Command::Pve(pve_check::PveCommand::Check(args)) => {
-            return pve_check::run(args, global.json()).await;
+            return crate::pve_cmd::check(args, global.json()).await;
         }
         Command::Pve(pve_check::PveCommand::Setup(args)) => {
-            return crate::pve_setup::run(args, global.json()).await;
+            return crate::pve_cmd::setup(args, global.json()).await;
         }
         Command::Explain(args) => return explain::run(args, global).await,
         Command::Golden(command) => return golden::run(command, global).await,

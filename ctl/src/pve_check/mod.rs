@@ -59,18 +59,17 @@ use bosun_pve::{
 use clap::{Args, Subcommand};
 use secrecy::SecretString;
 
-use crate::error::CtlError;
 pub use report::{Check, Report, Status};
 
-/// Exit codes of `bosunctl pve check`: `bosunctl`'s own scheme ([`crate::error::exit`]).
+/// Exit codes of `bosunctl pve check`: `bosunctl`'s own scheme ([`crate::exit`]).
 pub mod exit {
     /// Every check passed (warnings allowed).
-    pub const OK: u8 = crate::error::exit::OK;
+    pub const OK: u8 = crate::exit::OK;
     /// At least one check failed; the report says which and how to fix it.
-    pub const FAILED: u8 = crate::error::exit::CHECK_FAILED;
+    pub const FAILED: u8 = crate::exit::CHECK_FAILED;
     /// The node could not be reached, its certificate did not match the fingerprint, or it
     /// refused the token.
-    pub const UNREACHABLE: u8 = crate::error::exit::UNREACHABLE;
+    pub const UNREACHABLE: u8 = crate::exit::UNREACHABLE;
 }
 
 const EXIT_HELP: &str = "\
@@ -170,8 +169,8 @@ impl PveCheckError {
     /// The exit code, in `bosunctl`'s one scheme.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Usage { .. } => crate::error::exit::USAGE,
-            Self::TokenFile { .. } => crate::error::exit::INPUT,
+            Self::Usage { .. } => crate::exit::USAGE,
+            Self::TokenFile { .. } => crate::exit::INPUT,
         }
     }
 }
@@ -394,48 +393,4 @@ pub async fn check(
         }
     }
     Ok(report.finish())
-}
-
-/// `bosunctl pve check`: runs the checks (Ctrl-C stops the scratch steps and cleans up),
-/// prints the report, and fails with the report's exit code when a check did not pass.
-pub async fn run(args: &PveCheckArgs, json: bool) -> Result<(), CtlError> {
-    use std::io::Write as _;
-    let cancel = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            // No signal handler: never cancel.
-            std::future::pending::<()>().await;
-        }
-    };
-    let policy = RetryPolicy {
-        // A restore or a backup of the golden image takes minutes on a real node, not hours.
-        task_wait_limit: std::time::Duration::from_secs(30 * 60),
-        ..RetryPolicy::default()
-    };
-    let report = check(args, policy, cancel).await?;
-    // What the node answered is text from elsewhere: escaped as every print of bosunctl is.
-    let text = if json || args.json {
-        let mut text = serde_json::to_string_pretty(&report)
-            .map_err(|e| CtlError::Output(std::io::Error::other(e)))?;
-        text.push('\n');
-        bosun_proto::inert::escape_json_text(&text).into_owned()
-    } else {
-        bosun_proto::inert::escape_but_newlines(&report.render_text()).into_owned()
-    };
-    // A reader that went away (`| head`) does not change the check's outcome or exit code.
-    if let Err(err) = std::io::stdout().write_all(text.as_bytes())
-        && err.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        return Err(CtlError::Output(err));
-    }
-    match report.exit_code {
-        exit::OK => Ok(()),
-        code => Err(CtlError::PveCheck {
-            exit: code,
-            summary: if code == exit::UNREACHABLE {
-                "could not reach or authenticate to the node".to_owned()
-            } else {
-                "a check failed".to_owned()
-            },
-        }),
-    }
 }

@@ -28,7 +28,6 @@ use bosun_pve::{
 use clap::Args;
 use secrecy::{ExposeSecret as _, SecretString};
 
-use crate::error::CtlError;
 use crate::pve_check::{PveCheckError, api_base, split_token_text, tls_trust};
 pub use plan::{Observed, Plan, PlanError, Step, Wider};
 
@@ -122,7 +121,7 @@ pub enum PveSetupError {
 impl PveSetupError {
     /// The exit code, in `bosunctl`'s one scheme.
     pub fn exit_code(&self) -> u8 {
-        use crate::error::exit;
+        use crate::exit;
         match self {
             Self::Options(e) => e.exit_code(),
             Self::AdminToken { .. } => exit::INPUT,
@@ -437,56 +436,6 @@ pub struct OutcomeJson<'a> {
     /// given: shown this once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
-}
-
-/// `bosunctl pve setup`: runs setup, prints what it did (as text, or one JSON object with
-/// `json`), also when a step failed; fails (exit 12) when something wider than Bosun needs is
-/// left on the node.
-pub async fn run(args: &PveSetupArgs, json: bool) -> Result<(), CtlError> {
-    let mut outcome = Outcome::default();
-    let result = setup(args, RetryPolicy::default(), &mut outcome).await;
-    let token = outcome
-        .secret
-        .as_ref()
-        .map(|s| format!("{BOSUN_AGENT_TOKEN_ID}={}", s.expose_secret()));
-    let text = if json {
-        let doc = OutcomeJson {
-            format: 1,
-            changed: outcome.changed,
-            wider_left: outcome.wider_left,
-            lines: &outcome.lines,
-            token,
-        };
-        let mut text = serde_json::to_string_pretty(&doc)
-            .map_err(|e| CtlError::Output(std::io::Error::other(e)))?;
-        text.push('\n');
-        bosun_proto::inert::escape_json_text(&text).into_owned()
-    } else {
-        let mut text = String::new();
-        for line in &outcome.lines {
-            text.push_str(&bosun_proto::inert::escape_but_newlines(line));
-            text.push('\n');
-        }
-        if let Some(token) = token {
-            text.push_str(&token);
-            text.push('\n');
-        }
-        text
-    };
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).map_err(CtlError::Output)?;
-    out.flush().map_err(CtlError::Output)?;
-    result?;
-    if outcome.wider_left > 0 {
-        return Err(CtlError::PveCheck {
-            exit: crate::error::exit::CHECK_FAILED,
-            summary: format!(
-                "{} thing(s) wider than Bosun needs left on the node",
-                outcome.wider_left
-            ),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
