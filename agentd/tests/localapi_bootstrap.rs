@@ -19,7 +19,7 @@ use bosun_agentd::guests::credentials::bootstrap::{
 use bosun_agentd::guests::credentials::cert::LocalApiCert;
 use bosun_agentd::guests::reconcile::provision::Provisioner;
 use bosun_agentd::links::helper::HelperClient;
-use bosun_agentd::ops::journal::{NewOperation, TokenHash};
+use bosun_agentd::ops::journal::{NewOperation, StoredPlan, TokenHash};
 use bosun_agentd::ops::operation::OpJournal;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::{CustomerIdentity, GoldenArchive, GuestResources, GuestSpec, Power};
@@ -48,11 +48,15 @@ fn endpoints(h: &Harness) -> BootstrapEndpoints {
     }
 }
 
+/// The host the issuers of these tests run on.
+const HOST: Uuid = Uuid::from_u128(0x4057);
+
 fn bootstrap_issuer(h: &Harness, helper: &FakeHelper) -> BootstrapIssuer {
     BootstrapIssuer::new(
         Arc::new(HelperClient::socket(&helper.socket)),
         h.journal.clone(),
         endpoints(h),
+        HOST,
     )
 }
 
@@ -221,6 +225,71 @@ async fn the_back_half_pushes_the_bootstrap_and_keeps_the_token_on_rerun() {
         .unwrap_err();
     assert_eq!(token_owner(&h, &rotated).await, None);
     assert!(!has_token(&h, guest).await);
+    h.shutdown().await;
+}
+
+/// A data plan for `host` trusting `key` for `guest` (of `customer()`), as the journal stores it.
+fn stored_plan(host: Uuid, serial: u64, guest: Uuid, key: &str) -> StoredPlan {
+    let plan = serde_json::json!({
+        "schema": "bosun.data-plan/v1",
+        "host_id": host,
+        "serial": serial,
+        "issued_at": "2026-11-27T00:00:00Z",
+        "targets": [],
+        "backup": {
+            "schedule": "daily",
+            "retention": { "keep_last": 3 },
+            "min_interval_seconds": 60
+        },
+        "guest_access": [{
+            "guest_id": guest,
+            "customer_id": customer().customer_id,
+            "ssh_keys": [key]
+        }]
+    });
+    let document = serde_json::to_vec(&plan).unwrap();
+    // The journal's plan is one the keeper verified; this test is about reading it back.
+    serde_json::from_slice::<bosun_proto::data_plan::DataPlan>(&document).unwrap();
+    StoredPlan {
+        document,
+        signature: String::new(),
+        serial,
+        signer: "SHA256:test".to_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_plan_signed_for_another_host_gives_the_guest_no_key() {
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrAsKmOJHqtIFg4iUWCxW/iCF63k3IM0oiEv25WH7JH";
+    let (h, helper, bh) = rig().await;
+    let guest = Uuid::from_u128(0xb5);
+    let target = target(guest, 105);
+    // A journal carried over from the box this one replaced: its plan names that box.
+    assert!(
+        h.journal
+            .store_plan(stored_plan(Uuid::from_u128(0xdead), 1, guest, KEY))
+            .await
+            .unwrap()
+    );
+    bh.run(&op(&h, guest).await, &target, TokenPolicy::KeepExisting)
+        .await
+        .unwrap();
+    assert!(helper.read_bootstrap(105).ssh_authorized_keys.is_empty());
+
+    // The operator signs a plan for this host: the next bootstrap carries its key.
+    assert!(
+        h.journal
+            .store_plan(stored_plan(HOST, 2, guest, KEY))
+            .await
+            .unwrap()
+    );
+    bh.run(&op(&h, guest).await, &target, TokenPolicy::Rotate)
+        .await
+        .unwrap();
+    let keys = helper.read_bootstrap(105).ssh_authorized_keys;
+    assert_eq!(keys.len(), 1);
+    assert_eq!(keys[0].as_str(), KEY);
     h.shutdown().await;
 }
 

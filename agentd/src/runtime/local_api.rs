@@ -71,6 +71,7 @@ pub(super) fn bootstrap_issuer(
     config: &AgentConfig,
     bound: Option<&BoundLocalApi>,
     journal: &JournalHandle,
+    host_id: uuid::Uuid,
 ) -> Result<Option<BootstrapIssuer>, AgentError> {
     let Some(transport) = config.helper.clone() else {
         tracing::warn!(
@@ -95,6 +96,7 @@ pub(super) fn bootstrap_issuer(
         Arc::new(HelperClient::new(transport)),
         journal.clone(),
         endpoints,
+        host_id,
     )))
 }
 

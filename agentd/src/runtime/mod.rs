@@ -232,7 +232,12 @@ async fn prepare(
         .local_api
         .map(|settings| local_api::bind(config, settings))
         .transpose()?;
-    let issuer = local_api::bootstrap_issuer(config, bound.as_ref(), &opened.journal)?;
+    let issuer = local_api::bootstrap_issuer(
+        config,
+        bound.as_ref(),
+        &opened.journal,
+        host.identity.host_id,
+    )?;
     let replayed = replay::replay(
         config,
         &opened,

@@ -149,6 +149,8 @@ pub struct BootstrapIssuer {
     helper: Arc<dyn BootstrapHelper>,
     journal: JournalHandle,
     endpoints: Arc<RwLock<BootstrapEndpoints>>,
+    /// This host's id at the hub: a stored data plan naming another host trusts no key here.
+    host_id: Uuid,
 }
 
 /// Why issuing failed (outside a provisioning operation).
@@ -188,16 +190,18 @@ impl IssueError {
 }
 
 impl BootstrapIssuer {
-    /// An issuer pushing through `helper`.
+    /// An issuer pushing through `helper`, on the host the hub knows as `host_id`.
     pub fn new(
         helper: Arc<dyn BootstrapHelper>,
         journal: JournalHandle,
         endpoints: BootstrapEndpoints,
+        host_id: Uuid,
     ) -> Self {
         Self {
             helper,
             journal,
             endpoints: Arc::new(RwLock::new(endpoints)),
+            host_id,
         }
     }
 
@@ -400,9 +404,11 @@ impl BootstrapIssuer {
     }
 
     /// The SSH keys the signed data plan in force trusts for `guest_id` (decision 0107): what
-    /// the bootstrap hands the guest, and nothing from unsigned desired state. No plan, or
-    /// none naming the guest: no key. A plan the journal cannot read fails the step rather
-    /// than push a bootstrap that would take the guest's keys away.
+    /// the bootstrap hands the guest, and nothing from unsigned desired state. No plan, a
+    /// plan signed for another host (a journal carried over from the box this one replaced,
+    /// as `PlanKeeper::current` counts it), or none naming the guest: no key. A plan the
+    /// journal cannot read fails the step rather than push a bootstrap that would take the
+    /// guest's keys away.
     pub(crate) async fn guest_keys(
         &self,
         op: &OpJournal,
@@ -419,6 +425,10 @@ impl BootstrapIssuer {
         };
         let plan: bosun_proto::data_plan::DataPlan = serde_json::from_slice(&stored.document)
             .map_err(|e| failed(format!("the stored data plan does not decode: {e}")))?;
+        if plan.host_id != self.host_id {
+            tracing::warn!(plan_host_id = %plan.host_id, guest_id = %target.guest_id, "the stored data plan names another host; the bootstrap carries no key from it");
+            return Ok(Vec::new());
+        }
         Ok(plan
             .guest_keys(target.guest_id, &target.customer.customer_id)
             .to_vec())

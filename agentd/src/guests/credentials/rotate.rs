@@ -56,6 +56,9 @@ pub enum RotateError {
         /// What is missing.
         reason: &'static str,
     },
+    /// The host's identity could not be read.
+    #[error("reading the host identity")]
+    Identity(#[source] crate::links::hub_client::identity::IdentityError),
     /// The journal could not be read.
     #[error("the journal")]
     Journal(#[source] JournalError),
@@ -140,6 +143,13 @@ pub async fn rotate_local_api_cert(config: &RotateSettings) -> Result<RotationRe
     let transport = config.helper.clone().ok_or(RotateError::Config {
         reason: "[helper] is not configured, so bootstraps cannot be pushed",
     })?;
+    // The bootstraps carry the keys of the data plan signed for this host only.
+    let host_id = crate::links::hub_client::identity::HostIdentity::load(&config.state_dir)
+        .map_err(RotateError::Identity)?
+        .ok_or(RotateError::Config {
+            reason: "the box is not enrolled (no host identity in the state directory)",
+        })?
+        .host_id;
     let journal = JournalHandle::open(&config.journal_path, SystemClock::shared())
         .await
         .map_err(RotateError::Journal)?;
@@ -171,6 +181,7 @@ pub async fn rotate_local_api_cert(config: &RotateSettings) -> Result<RotationRe
             local_api_url: format!("https://{url_host}:{port}"),
             local_api_fingerprint: cert.fingerprint().to_owned(),
         },
+        host_id,
     );
     let (cert, failures) = bootstrap_issuer
         .rotate_certificate(&config.state_dir, &[bind], &running)
