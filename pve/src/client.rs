@@ -283,13 +283,20 @@ impl PveClient {
             .get::<hyper::ext::ReasonPhrase>()
             .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
             .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_owned());
-        let body = response
-            .bytes()
+        let body = read_bounded(response, self.policy.max_answer_bytes)
             .await
-            .map_err(|source| PveError::OutcomeUnknown {
-                op: ctx.op,
-                vmid: ctx.vmid,
-                source,
+            .map_err(|e| match e {
+                Bounded::Lost(source) => PveError::OutcomeUnknown {
+                    op: ctx.op,
+                    vmid: ctx.vmid,
+                    source,
+                },
+                Bounded::TooLarge => PveError::AnswerTooLarge {
+                    op: ctx.op,
+                    vmid: ctx.vmid,
+                    limit: self.policy.max_answer_bytes,
+                    status: status.as_u16(),
+                },
             })?;
         if !status.is_success() {
             return Err(PveError::from_answer(
@@ -917,4 +924,29 @@ impl Pve for PveClient {
         .unwrap_or_else(|| start + u64::try_from(lines.len()).unwrap_or(u64::MAX));
         Ok(TaskLog { total, lines })
     }
+}
+
+/// Why a bounded read of an answer stopped.
+enum Bounded {
+    /// The connection failed mid-answer.
+    Lost(reqwest::Error),
+    /// The answer went on past the bound.
+    TooLarge,
+}
+
+/// Reads `response`'s body, at most `limit` bytes of it: a longer answer is refused as soon
+/// as it passes the bound (its declared length first), never held whole.
+async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, Bounded> {
+    let declared = response.content_length().unwrap_or(0);
+    if usize::try_from(declared).map_or(true, |d| d > limit) {
+        return Err(Bounded::TooLarge);
+    }
+    let mut body = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+    while let Some(chunk) = response.chunk().await.map_err(Bounded::Lost)? {
+        if body.len() + chunk.len() > limit {
+            return Err(Bounded::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }

@@ -51,6 +51,20 @@ pub enum PveError {
         #[source]
         source: reqwest::Error,
     },
+    /// The answer went on past the client's bound ([`crate::RetryPolicy::max_answer_bytes`]);
+    /// the rest was not read. The server did answer: a mutation answered with success took
+    /// effect, so its outcome counts as unknown to the caller.
+    #[error("{op}{}: answer over {limit} bytes; not read", guest(*.vmid))]
+    AnswerTooLarge {
+        /// The operation.
+        op: Op,
+        /// The guest, if the call concerned one.
+        vmid: Option<Vmid>,
+        /// The bound.
+        limit: usize,
+        /// The answer's HTTP status.
+        status: u16,
+    },
     /// 401: the token id or secret was refused.
     #[error("{op}: authentication failed (401)")]
     Unauthorized {
@@ -246,7 +260,13 @@ impl PveError {
 
     /// Whether the request may have had an effect the caller does not know about.
     pub fn is_outcome_unknown(&self) -> bool {
-        matches!(self, Self::OutcomeUnknown { .. })
+        match self {
+            Self::OutcomeUnknown { .. } => true,
+            Self::AnswerTooLarge { op, status, .. } => {
+                !op.endpoint().method.is_read_only() && (200..300).contains(status)
+            }
+            _ => false,
+        }
     }
 
     /// Whether this is a transport or busy failure that may clear up on its own.
@@ -285,6 +305,7 @@ impl PveError {
             Self::InvalidRequest { op, .. }
             | Self::NotSent { op, .. }
             | Self::OutcomeUnknown { op, .. }
+            | Self::AnswerTooLarge { op, .. }
             | Self::Unauthorized { op }
             | Self::Forbidden { op, .. }
             | Self::BadRequest { op, .. }

@@ -45,7 +45,15 @@ pub struct RetryPolicy {
     pub log_tail_lines: usize,
     /// How many ids a restore onto the next free id tries.
     pub nextid_attempts: u32,
+    /// The most bytes of one answer the client reads: a longer answer is
+    /// [`super::PveError::AnswerTooLarge`], never held whole in memory.
+    pub max_answer_bytes: usize,
 }
+
+/// The default bound on one answer: 64 MiB, far above the largest Bosun asks for (a
+/// guest-agent `file-read` gives at most 16 MiB, base64-encoded; a whole cluster's resource
+/// list of 10,000 guests is a few MiB).
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 
 impl Default for RetryPolicy {
     /// Production values: locks are waited out for about two minutes, tasks for six hours
@@ -72,6 +80,7 @@ impl Default for RetryPolicy {
             task_poll_errors: 30,
             log_tail_lines: 20,
             nextid_attempts: 5,
+            max_answer_bytes: MAX_ANSWER_BYTES,
         }
     }
 }
@@ -101,6 +110,7 @@ impl RetryPolicy {
             task_poll_errors: 10,
             log_tail_lines: 20,
             nextid_attempts: 5,
+            max_answer_bytes: MAX_ANSWER_BYTES,
         }
     }
 }

@@ -152,6 +152,76 @@ async fn busy_596_is_retried_for_reads_and_reported_for_writes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_past_the_bound_is_refused_unread() {
+    bounded(async {
+        let rig = start(fast_sim()).await;
+        restore_golden(&rig, 100).await;
+        let bound = |max_answer_bytes| {
+            client_for(
+                &rig.sim,
+                &rig.sim.endpoint().tokens.agent.clone(),
+                RetryPolicy {
+                    max_answer_bytes,
+                    ..RetryPolicy::fast()
+                },
+            )
+        };
+        // A read whose answer is longer than the bound: refused, and nothing was changed.
+        let tight = bound(16);
+        let err = tight.version().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PveError::AnswerTooLarge {
+                    op: Op::Version,
+                    limit: 16,
+                    status: 200,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(!err.is_outcome_unknown());
+        // A mutation Proxmox accepted whose answer (the task's UPID) is too long to read: it
+        // took effect, so its outcome is unknown to the caller, who looks before retrying.
+        let err = tight.start_ct(vmid(100)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PveError::AnswerTooLarge {
+                    op: Op::StartCt,
+                    status: 200,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.is_outcome_unknown());
+        // An error answer past the bound: its message is not read either.
+        rig.sim.set_faults(FaultConfig {
+            endpoints: vec![EndpointFault {
+                error_rate: 1.0,
+                error_message: "x".repeat(4096),
+                ..fault("GET", "/version")
+            }],
+            ..Default::default()
+        });
+        let err = bound(1024).version().await.unwrap_err();
+        assert!(
+            matches!(err, PveError::AnswerTooLarge { status: 500, .. }),
+            "{err:?}"
+        );
+        // Within the bound the same answers read as always.
+        let err = bound(64 * 1024).version().await.unwrap_err();
+        assert!(matches!(err, PveError::Api { .. }), "{err:?}");
+        rig.sim.set_faults(FaultConfig::default());
+        assert!(rig.client.version().await.is_ok());
+        rig.sim.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_lock_is_waited_out() {
     bounded(async {
         let rig = start(fast_sim()).await;

@@ -75,6 +75,7 @@ pub fn classify_pve(error: &PveError) -> TargetReason {
         | PveError::Forbidden { .. }
         | PveError::NotImplemented { .. }
         | PveError::Decode { .. }
+        | PveError::AnswerTooLarge { .. }
         | PveError::NoFreeVmid { .. }
         | PveError::BackupArchiveNotFound { .. }
         | PveError::Setup { .. } => TargetReason::Failed,
