@@ -130,9 +130,14 @@ async fn provisioned_guests_get_the_guard_and_the_reconciler_keeps_it_on_its_own
         .unwrap();
     assert!(h.sim.set_guest_firewall(vmid, BTreeMap::new()));
 
-    let observed = observe(&*h.pve, &h.journal, &mut ConfigCache::default())
-        .await
-        .unwrap();
+    let observed = observe(
+        &*h.pve,
+        &h.journal,
+        &mut ConfigCache::default(),
+        &mut ConfigCache::default(),
+    )
+    .await
+    .unwrap();
     let ours = observed.guests.iter().find(|o| o.vmid == vmid).unwrap();
     assert!(ours.unguarded);
     assert_eq!(ours.addresses, vec!["10.0.0.5".parse::<IpAddr>().unwrap()]);
@@ -150,7 +155,8 @@ async fn provisioned_guests_get_the_guard_and_the_reconciler_keeps_it_on_its_own
         the_plan.actions,
         vec![Action::GuardNetwork {
             guest_id: spec.guest_id,
-            vmid
+            vmid,
+            kind: bosun_proto::desired::GuestKind::Lxc,
         }]
     );
     let applier = Applier::new(
@@ -172,9 +178,14 @@ async fn provisioned_guests_get_the_guard_and_the_reconciler_keeps_it_on_its_own
 
     // Guarded: the next pass has nothing to do, and asks for nothing again.
     let puts = firewall_puts(&h, vmid).len();
-    let observed = observe(&*h.pve, &h.journal, &mut ConfigCache::default())
-        .await
-        .unwrap();
+    let observed = observe(
+        &*h.pve,
+        &h.journal,
+        &mut ConfigCache::default(),
+        &mut ConfigCache::default(),
+    )
+    .await
+    .unwrap();
     assert!(plan(&state, &observed.guests, &facts).actions.is_empty());
     assert_eq!(firewall_puts(&h, vmid).len(), puts);
     h.shutdown().await;

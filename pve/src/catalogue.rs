@@ -240,6 +240,8 @@ ops! {
     VmCloudinit => Get "/nodes/{node}/qemu/{vmid}/cloudinit",
     /// Regenerate a VM's cloud-init drive from its config.
     RegenerateCloudinit => Put "/nodes/{node}/qemu/{vmid}/cloudinit",
+    /// Grow a VM's disk.
+    ResizeVmDisk => Put "/nodes/{node}/qemu/{vmid}/resize",
     /// Read a VM's own firewall options.
     GetVmFirewall => Get "/nodes/{node}/qemu/{vmid}/firewall/options",
     /// Turn a VM's firewall (and its `ipfilter`) on.

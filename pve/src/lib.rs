@@ -42,6 +42,7 @@ mod observer;
 mod policy;
 mod property;
 mod qemu;
+mod qemu_devices;
 mod qemu_model;
 mod qemu_requests;
 mod requests;
@@ -80,6 +81,7 @@ pub use property::{
     CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of, net_without_hwaddr,
 };
 pub use qemu::{PveQemu, VmConfig};
+pub use qemu_devices::VmDisk;
 pub use qemu_model::{
     CloudinitItem, ExecStarted, ExecStatus, FileRead, FreezeStatus, GuestInterface, GuestIpAddress,
     VmSummary,

@@ -15,6 +15,8 @@ use super::client::{Ctx, PveClient};
 use super::error::PveError;
 use super::firewall::{FirewallUpdate, GuestFirewall};
 use super::model::{CtConfig, SnapshotInfo};
+use super::property::DiskSize;
+use super::qemu_devices::VmDisk;
 use super::qemu_model::{
     AgentResult, CloudinitItem, ExecStarted, ExecStatus, FileRead, FileReadAnswer, FreezeStatus,
     GuestInterface, VmSummary,
@@ -141,6 +143,15 @@ pub trait PveQemu: Pve {
     /// Rebuilds the VM's cloud-init drive from its config (synchronous).
     fn regenerate_cloudinit(&self, vmid: Vmid)
     -> impl Future<Output = Result<(), PveError>> + Send;
+    /// Grows a VM's disk to `size` (task `resize`); PVE refuses to shrink one. `digest`
+    /// refuses the change when the config changed since it was read.
+    fn resize_vm_disk(
+        &self,
+        vmid: Vmid,
+        disk: &VmDisk,
+        size: DiskSize,
+        digest: Option<&str>,
+    ) -> impl Future<Output = Result<Upid, PveError>> + Send;
     /// A VM's own firewall options (`…/qemu/{vmid}/firewall/options`).
     fn vm_firewall(
         &self,
@@ -394,6 +405,26 @@ impl PveQemu for PveClient {
             )
             .await?;
         Ok(())
+    }
+
+    async fn resize_vm_disk(
+        &self,
+        vmid: Vmid,
+        disk: &VmDisk,
+        size: DiskSize,
+        digest: Option<&str>,
+    ) -> Result<Upid, PveError> {
+        let size = size.to_param().map_err(|source| PveError::InvalidRequest {
+            op: Op::ResizeVmDisk,
+            field: "size",
+            source,
+        })?;
+        let mut params: Params = vec![("disk".into(), disk.to_string()), ("size".into(), size)];
+        if let Some(digest) = digest {
+            params.push(("digest".into(), digest.to_owned()));
+        }
+        self.vm_call(Op::ResizeVmDisk, vmid, &["resize"], &params)
+            .await
     }
 
     async fn vm_firewall(&self, vmid: Vmid) -> Result<GuestFirewall, PveError> {

@@ -4,7 +4,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::decode::{lenient_bool, lenient_lock, lenient_opt_string, lenient_opt_u64};
+use super::decode::{
+    lenient_bool, lenient_lock, lenient_opt_f64, lenient_opt_string, lenient_opt_u64,
+};
 use super::model::GuestStatus;
 use super::types::Vmid;
 
@@ -27,6 +29,9 @@ pub struct VmSummary {
     /// Disk size in bytes.
     #[serde(default, deserialize_with = "lenient_opt_u64")]
     pub maxdisk: Option<u64>,
+    /// Virtual CPUs (its cores, times its sockets).
+    #[serde(default, deserialize_with = "lenient_opt_f64")]
+    pub cpus: Option<f64>,
     /// Seconds since start.
     #[serde(default, deserialize_with = "lenient_opt_u64")]
     pub uptime: Option<u64>,

@@ -11,17 +11,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_support::crash::*;
-use agent_support::signing::signed_golden_document;
+use agent_support::vm::{BOOTSTRAP, append_config, vm_golden};
 use agent_support::*;
-use bosun_proto::desired::GuestKind;
-use bosun_proto::golden::GoldenDocument;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+/// A pool wider than the shared one: one VM per killed step.
 const POOL: &str = "[addresses]\nbridge = \"vmbr0\"\nipv4_first = \"192.0.2.20\"\n\
                     ipv4_last = \"192.0.2.99\"\nipv4_prefix = 24\nipv4_gateway = \"192.0.2.1\"\n";
-
-const BOOTSTRAP: &str = "/etc/bosun-bootstrap/bootstrap.json";
 
 const POINTS: &[&str] = &[
     "provision_vm.assign_address.done",
@@ -92,15 +89,9 @@ async fn converged(sim: &bosun_pvesim::SimHandle, config: &Path, names: &[String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_every_vm_provision_step_converges_without_duplicates() {
     let (sim, hub, files) = enrolled_stack().await;
-    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
-    text.push_str(POOL);
-    std::fs::write(&files.config_path, text).unwrap();
+    append_config(&files, POOL);
     files.use_local_api(0, "");
-    let volid = sim.add_vm_golden();
-    let sha = "5e".repeat(32);
-    files.helper.set_archive(&volid, &sha);
-    let golden =
-        signed_golden_document(&GoldenDocument::new(&volid, &sha).for_kind(GuestKind::Qemu));
+    let (_, _, golden) = vm_golden(&sim, &files);
     let mut child = spawn_agent(&files.config_path, None);
     let host = host_id(&files.state_dir).await;
     let mut guests: Vec<(Uuid, String)> = Vec::new();

@@ -11,6 +11,9 @@ use crate::agent_support;
 use std::time::Duration;
 
 use agent_support::signing::{signed_golden, signed_golden_document};
+use agent_support::vm::{
+    BOOTSTRAP, POOL, append_config, calls, desired_of, part, vm_golden, vm_restores,
+};
 use agent_support::*;
 use bosun_proto::desired::GuestKind;
 use bosun_proto::golden::GoldenDocument;
@@ -18,80 +21,9 @@ use bosun_pvesim::SimHandle;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-/// The host's pool of addresses (decision 0101): a VM's `ipconfig0` comes from it.
-const POOL: &str = "[addresses]\nbridge = \"vmbr0\"\nipv4_first = \"192.0.2.20\"\n\
-                    ipv4_last = \"192.0.2.29\"\nipv4_prefix = 24\nipv4_gateway = \"192.0.2.1\"\n";
-
 /// The VM golden archive's own identity (the simulator's `golden_vm_conf`).
 const ARCHIVE_UUID: &str = "5d0c7c6e-2b1f-4f0e-8a51-90a1c3e2b9d4";
 const ARCHIVE_MAC: &str = "BC:24:11:5E:A1:08";
-
-/// Where every guest's bootstrap lives.
-const BOOTSTRAP: &str = "/etc/bosun-bootstrap/bootstrap.json";
-
-fn append_config(files: &AgentFiles, text: &str) {
-    let mut config = std::fs::read_to_string(&files.config_path).unwrap();
-    config.push_str(text);
-    std::fs::write(&files.config_path, config).unwrap();
-}
-
-/// The value of `key=` in a property string.
-fn part<'a>(value: &'a str, key: &str) -> Option<&'a str> {
-    value
-        .split(',')
-        .find_map(|p| p.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-/// A desired state of `guests`, each `(id, name, kind, golden entry)`.
-fn desired_of(guests: &[(Uuid, &str, GuestKind, Value)]) -> Value {
-    json!({
-        "schema": "bosun.desired/v1",
-        "guests": guests.iter().map(|(id, name, kind, golden)| json!({
-            "guest_id": id,
-            "kind": kind.as_str(),
-            "hostname": name,
-            "customer": { "customer_id": "acme", "display_name": "Acme" },
-            "resources": { "cores": 2, "memory_mib": 1024, "rootfs_gib": 10 },
-            "power": "running",
-            "golden": golden,
-        })).collect::<Vec<_>>(),
-        "backup_policy": { "schedule": "daily", "retention": {} },
-        "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },
-    })
-}
-
-/// The VM golden archive, seeded in the simulator, with the hash the (fake) helper reads
-/// from its file; and its golden entry signed for a VM.
-fn vm_golden(sim: &SimHandle, files: &AgentFiles) -> (String, String, Value) {
-    let volid = sim.add_vm_golden();
-    let sha = "5e".repeat(32);
-    files.helper.set_archive(&volid, &sha);
-    let entry =
-        signed_golden_document(&GoldenDocument::new(&volid, &sha).for_kind(GuestKind::Qemu));
-    (volid, sha, entry)
-}
-
-/// The requests that reached Proxmox, as `(method, path)`.
-fn calls(sim: &SimHandle) -> Vec<(String, String)> {
-    sim.requests()
-        .into_iter()
-        .map(|r| (r.method, r.path))
-        .collect()
-}
-
-/// The VM restores (`POST /nodes/pve/qemu`) that reached Proxmox, by archive.
-fn vm_restores(sim: &SimHandle) -> Vec<String> {
-    sim.requests()
-        .iter()
-        .filter(|r| r.method == "POST" && r.path == "/nodes/pve/qemu")
-        .filter_map(|r| {
-            r.params
-                .iter()
-                .find(|(k, _)| k == "archive")
-                .map(|(_, v)| v.clone())
-        })
-        .collect()
-}
 
 /// The container restores (`POST /nodes/pve/lxc`) that reached Proxmox, by archive.
 fn ct_restores(sim: &SimHandle) -> Vec<String> {

@@ -67,6 +67,7 @@ mod pct;
 mod qemu;
 mod qemu_agent;
 mod qemu_handle;
+mod qemu_resize;
 mod qemu_restore;
 mod qemu_routes;
 mod qemu_snapshot;

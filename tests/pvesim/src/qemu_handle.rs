@@ -75,6 +75,22 @@ impl SimHandle {
         Some(self.shared.state.lock().vms.get(&vmid)?.firewall.clone())
     }
 
+    /// Sets VM `vmid`'s firewall options as an operator would on the node (`pve-firewall`'s
+    /// file), without the API; `false` for an unknown VM.
+    pub fn set_vm_firewall(
+        &self,
+        vmid: u32,
+        options: std::collections::BTreeMap<String, String>,
+    ) -> bool {
+        match self.shared.state.lock().vms.get_mut(&vmid) {
+            Some(vm) => {
+                vm.firewall = options;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether VM `vmid` runs.
     pub fn vm_running(&self, vmid: u32) -> Option<bool> {
         Some(self.shared.state.lock().vms.get(&vmid)?.running())

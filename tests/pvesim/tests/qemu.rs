@@ -636,3 +636,93 @@ async fn on_pve_8_one_privilege_vm_monitor_guards_the_guest_agent() {
     );
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_disk_grows_in_a_resize_task_that_refuses_to_shrink_and_stores_the_size() {
+    let sim = start().await;
+    restore_vm(&sim, &sim.root(), 310, "").await;
+    let path = "/nodes/pve/qemu/310/resize";
+    // The schema's disks only; a size in its pattern only.
+    let r = sim
+        .call("PUT", path, &[("disk", "rootfs"), ("size", "12G")])
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    let r = sim
+        .call("PUT", path, &[("disk", "scsi0"), ("size", "-1G")])
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    // A grow: task `resize`, the drive's new size in the config.
+    let r = sim
+        .call("PUT", path, &[("disk", "scsi0"), ("size", "12G")])
+        .await;
+    let upid = r.upid();
+    assert!(upid.contains(":resize:310:bosun@pve!agent:"), "{upid}");
+    assert_eq!(sim.wait(&upid).await, "OK");
+    let config = sim.handle.vm_config(310).unwrap();
+    assert_eq!(config["scsi0"], "local-lvm:vm-310-disk-0,size=12G");
+    // `+` grows from the size held.
+    let r = sim
+        .call("PUT", path, &[("disk", "scsi0"), ("size", "+1G")])
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    assert_eq!(
+        sim.handle.vm_config(310).unwrap()["scsi0"],
+        "local-lvm:vm-310-disk-0,size=13G"
+    );
+    // A shrink, a cdrom, a missing disk, a changed digest: the task fails, nothing changes.
+    for (params, error) in [
+        (
+            vec![("disk", "scsi0"), ("size", "8G")],
+            "shrinking disks is not supported",
+        ),
+        (
+            vec![("disk", "ide2"), ("size", "8G")],
+            "you can't resize a cdrom",
+        ),
+        (
+            vec![("disk", "scsi1"), ("size", "8G")],
+            "disk 'scsi1' does not exist",
+        ),
+        (
+            vec![
+                ("disk", "scsi0"),
+                ("size", "20G"),
+                ("digest", "0000000000000000000000000000000000000000"),
+            ],
+            "detected modified configuration",
+        ),
+    ] {
+        let r = sim.call("PUT", path, &params).await;
+        let exit = sim.wait(&r.upid()).await;
+        assert!(exit.contains(error), "{params:?}: {exit}");
+    }
+    assert_eq!(
+        sim.handle.vm_config(310).unwrap()["scsi0"],
+        "local-lvm:vm-310-disk-0,size=13G"
+    );
+    // The same size: a task that changes nothing.
+    let r = sim
+        .call("PUT", path, &[("disk", "scsi0"), ("size", "13G")])
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    // VM.Config.Disk on the VM: a token without it is refused before any task.
+    sim.handle
+        .add_role("AuditOnly", &["VM.Audit"])
+        .expect("role");
+    let token = sim
+        .handle
+        .create_token("bosun@pve", "audit-only", true)
+        .expect("token");
+    sim.handle
+        .grant("/", &token.id, "AuditOnly", true)
+        .expect("grant");
+    let r = sim
+        .call_as(&token, "PUT", path, &[("disk", "scsi0"), ("size", "20G")])
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/vms/310, VM.Config.Disk)\n"
+    );
+    sim.handle.shutdown().await;
+}

@@ -16,6 +16,7 @@ pub mod process;
 pub mod signing;
 pub mod storage;
 pub mod tap;
+pub mod vm;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -577,12 +578,15 @@ pub fn mutations(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
         .collect()
 }
 
-/// Destructive requests: a DELETE of a guest, or a restore with `force=1`.
+/// Destructive requests: a DELETE of a guest (a container or a VM), or a restore with
+/// `force=1`.
 pub fn destructive(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
     sim.requests()
         .into_iter()
         .filter(|r| {
-            (r.method == "DELETE" && r.path.starts_with("/nodes/") && r.path.contains("/lxc/"))
+            (r.method == "DELETE"
+                && r.path.starts_with("/nodes/")
+                && (r.path.contains("/lxc/") || r.path.contains("/qemu/")))
                 || r.params.iter().any(|(k, v)| k == "force" && v == "1")
         })
         .collect()

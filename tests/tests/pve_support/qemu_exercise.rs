@@ -1,11 +1,13 @@
 //! Drives every QEMU operation of the client once against the simulator (the conformance
 //! test holds the requests to both schemas): a VM restored from the VM golden archive into
 //! Bosun's pool with its cloud-init identity, its config and cloud-init drive, power, the guest
-//! agent (ping, interfaces, file write and read, exec, freeze), snapshots, destroy.
+//! agent (ping, interfaces, file write and read, exec, freeze), a disk grown, snapshots,
+//! destroy.
 
 use bosun_pve::{
-    AgentExec, AgentFileWrite, FirewallUpdate, FreezeStatus, GuestStatus, IpConfig, Op, PoolId,
-    Pve, PveQemu, SnapName, VmConfigUpdate, VmNet, VmOptions, VmRestoreRequest, VolumeId,
+    AgentExec, AgentFileWrite, DiskSize, FirewallUpdate, FreezeStatus, GuestStatus, IpConfig, Op,
+    PoolId, Pve, PveQemu, SizeUnit, SnapName, VmConfigUpdate, VmDisk, VmNet, VmOptions,
+    VmRestoreRequest, VolumeId,
 };
 
 use super::{Rig, local_lvm, vmid};
@@ -76,6 +78,25 @@ pub async fn exercise_qemu(rig: &Rig) {
     c.update_vm_config(id, &update)
         .await
         .expect("vm config update");
+    let grown = c
+        .resize_vm_disk(
+            id,
+            &VmDisk::new("scsi0").expect("a disk"),
+            DiskSize::Absolute(12, SizeUnit::G),
+            None,
+        )
+        .await
+        .expect("vm disk resize");
+    c.wait_task(Op::ResizeVmDisk, &grown)
+        .await
+        .expect("vm disk resize task");
+    let resized = c.vm_config(id).await.expect("vm config");
+    assert!(
+        resized
+            .get_str("scsi0")
+            .is_some_and(|d| d.ends_with(",size=12G")),
+        "{resized:?}"
+    );
     let pending = c.vm_cloudinit(id).await.expect("cloudinit");
     assert!(
         pending

@@ -197,6 +197,8 @@ impl Progress {
                 | StepName::Size
                 | StepName::SetNetRate
                 | StepName::ResizeRootfs
+                | StepName::ShutdownVm
+                | StepName::ResizeVmDisk
                 | StepName::BulkVolume
                 | StepName::HotVolume
                 | StepName::Start

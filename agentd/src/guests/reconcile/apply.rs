@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
-use bosun_pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
+use bosun_proto::desired::GuestKind;
+use bosun_pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, PveQemu, SizeUnit, Vmid};
 use parking_lot::Mutex;
 use serde_json::json;
 use uuid::Uuid;
@@ -99,7 +100,7 @@ impl<P: Pve> Clone for Applier<P> {
     }
 }
 
-impl<P: Pve + 'static> Applier<P> {
+impl<P: PveQemu + 'static> Applier<P> {
     /// An applier running through `queue`.
     pub fn new(
         pve: Arc<P>,
@@ -338,19 +339,29 @@ impl<P: Pve + 'static> Applier<P> {
         let bound = provenance
             .as_ref()
             .filter(|p| p.guest_id() == Some(guest_id.to_string().as_str()));
+        let kind = action.kind();
         let ours = match bound {
             Some(p) => {
-                super::lookup::holder(&*self.pve, pve_vmid, p.identity())
-                    .await
-                    .map_err(|e| error_chain(&e))?
-                    == super::lookup::Holder::Ours
+                let holder = match kind {
+                    GuestKind::Lxc => {
+                        super::lookup::holder(&*self.pve, pve_vmid, p.identity()).await
+                    }
+                    GuestKind::Qemu => {
+                        super::lookup::vm_holder(&*self.pve, pve_vmid, p.identity()).await
+                    }
+                };
+                holder.map_err(|e| error_chain(&e))? == super::lookup::Holder::Ours
             }
             None => false,
         };
         if !ours {
-            tracing::warn!(%guest_id, vmid, action = action.name(), "target_mismatch: the guest at the vmid is not the one the agent created; not touched");
+            tracing::warn!(%guest_id, vmid, kind = kind.as_str(), action = action.name(), "target_mismatch: the guest at the vmid is not the one the agent created; not touched");
             return Err(format!(
-                "target_mismatch: CT {vmid} is not guest {guest_id}; not touched"
+                "target_mismatch: {} {vmid} is not guest {guest_id}; not touched",
+                match kind {
+                    GuestKind::Lxc => "CT",
+                    GuestKind::Qemu => "VM",
+                }
             ));
         }
         Ok(pve_vmid)
@@ -502,6 +513,9 @@ impl<P: Pve + 'static> Applier<P> {
         vmid: Vmid,
     ) -> Result<(), StepError> {
         let pve = &*self.pve;
+        if action.kind() == GuestKind::Qemu {
+            return super::apply_vm::vm_action(pve, action, op, vmid).await;
+        }
         match action {
             Action::SetSpec {
                 hostname,

@@ -15,11 +15,16 @@
 //!   that many passes, and a steady pass reads a [`REFRESH_PASSES`]th of the configs.
 //!
 //! What is kept is bounded by the listing: a container it no longer shows is forgotten.
+//!
+//! The agent's own VMs are kept the same way in a cache of their own, from the node's VM
+//! listing (`GET /nodes/{node}/qemu`, which shows the same fields): [`ConfigCache::read_vm`].
 
 use std::collections::btree_map::Entry as Slot;
 use std::collections::{BTreeMap, BTreeSet};
 
-use bosun_pve::{CtConfig, CtSummary, GuestFirewall, GuestStatus, Pve, PveError, Vmid};
+use bosun_pve::{
+    CtConfig, CtSummary, GuestFirewall, GuestStatus, Pve, PveError, PveQemu, VmSummary, Vmid,
+};
 
 /// A container's config is read again at least every this many passes.
 pub const REFRESH_PASSES: u64 = 4;
@@ -48,6 +53,19 @@ impl Listed {
             cpus: ct.cpus,
             tags: ct.tags.clone(),
             template: ct.template,
+        }
+    }
+
+    fn of_vm(vm: &VmSummary) -> Self {
+        Self {
+            status: vm.status.clone(),
+            name: vm.name.clone(),
+            lock: vm.lock.clone(),
+            maxmem: vm.maxmem,
+            maxdisk: vm.maxdisk,
+            cpus: vm.cpus,
+            tags: vm.tags.clone(),
+            template: vm.template,
         }
     }
 }
@@ -97,7 +115,12 @@ impl ConfigCache {
 
     /// Why `ct`'s config must be read this pass; `None`: what is kept still holds.
     pub fn due(&self, ct: &CtSummary) -> Option<Reason> {
-        due(self.entries.get(&ct.vmid.get()), ct, self.turn(ct.vmid))
+        due(
+            self.entries.get(&ct.vmid.get()),
+            &Listed::of(ct),
+            ct.uptime,
+            self.turn(ct.vmid),
+        )
     }
 
     /// Whether this pass is `vmid`'s turn of the periodic read.
@@ -108,21 +131,48 @@ impl ConfigCache {
     /// `ct`'s entry, its config read from Proxmox first when [`Self::due`]. A failed read
     /// forgets the container and gives the error.
     pub async fn read<P: Pve>(&mut self, pve: &P, ct: &CtSummary) -> Result<&mut Entry, PveError> {
-        let turn = self.turn(ct.vmid);
-        let slot = self.entries.entry(ct.vmid.get());
+        self.read_listed(ct.vmid, Listed::of(ct), ct.uptime, pve.ct_config(ct.vmid))
+            .await
+    }
+
+    /// `vm`'s entry (a VM's config has a container's shape), read as [`Self::read`] reads a
+    /// container's.
+    pub async fn read_vm<P: PveQemu>(
+        &mut self,
+        pve: &P,
+        vm: &VmSummary,
+    ) -> Result<&mut Entry, PveError> {
+        self.read_listed(
+            vm.vmid,
+            Listed::of_vm(vm),
+            vm.uptime,
+            pve.vm_config(vm.vmid),
+        )
+        .await
+    }
+
+    async fn read_listed(
+        &mut self,
+        vmid: Vmid,
+        listed: Listed,
+        uptime: Option<u64>,
+        fetch: impl Future<Output = Result<CtConfig, PveError>>,
+    ) -> Result<&mut Entry, PveError> {
+        let turn = self.turn(vmid);
+        let slot = self.entries.entry(vmid.get());
         let kept = match &slot {
             Slot::Occupied(o) => Some(o.get()),
             Slot::Vacant(_) => None,
         };
-        let reason = due(kept, ct, turn);
+        let reason = due(kept, &listed, uptime, turn);
         match (slot, reason) {
             (Slot::Occupied(o), None) => {
                 let entry = o.into_mut();
-                entry.uptime = ct.uptime;
+                entry.uptime = uptime;
                 Ok(entry)
             }
             (slot, reason) => {
-                let config = match pve.ct_config(ct.vmid).await {
+                let config = match fetch.await {
                     Ok(config) => config,
                     Err(e) => {
                         if let Slot::Occupied(o) = slot {
@@ -136,14 +186,14 @@ impl ConfigCache {
                     && o.get().config.digest != config.digest
                 {
                     tracing::info!(
-                        vmid = ct.vmid.get(),
+                        vmid = vmid.get(),
                         digest = %config.digest,
                         "a guest's config changed without the listing showing it; seen on its periodic read"
                     );
                 }
                 let fresh = Entry {
-                    listed: Listed::of(ct),
-                    uptime: ct.uptime,
+                    listed,
+                    uptime,
                     config,
                     firewall: None,
                 };
@@ -169,14 +219,14 @@ impl ConfigCache {
     }
 }
 
-/// Why the config `kept` of `ct` (if any) must be read again; `turn`: this pass is its turn of
-/// the periodic read.
-fn due(kept: Option<&Entry>, ct: &CtSummary, turn: bool) -> Option<Reason> {
+/// Why the config `kept` of a guest the listing shows as `listed`, up for `uptime`, must be
+/// read again; `turn`: this pass is its turn of the periodic read.
+fn due(kept: Option<&Entry>, listed: &Listed, uptime: Option<u64>, turn: bool) -> Option<Reason> {
     let Some(kept) = kept else {
         return Some(Reason::Unknown);
     };
-    let restarted = matches!((kept.uptime, ct.uptime), (Some(was), Some(now)) if now < was);
-    if restarted || kept.listed != Listed::of(ct) {
+    let restarted = matches!((kept.uptime, uptime), (Some(was), Some(now)) if now < was);
+    if restarted || kept.listed != *listed {
         Some(Reason::Listed)
     } else {
         turn.then_some(Reason::Turn)
@@ -193,6 +243,19 @@ pub async fn read_firewall<P: Pve>(pve: &P, vmid: Vmid, entry: &mut Entry) {
         Ok(firewall) => entry.firewall = Some(firewall),
         Err(e) => {
             tracing::debug!(vmid = vmid.get(), error = %bosun_errchain::error_chain(&e), "could not read the guest's firewall options");
+        }
+    }
+}
+
+/// Reads VM `vmid`'s firewall options into `entry`, as [`read_firewall`] does a container's.
+pub async fn read_vm_firewall<P: PveQemu>(pve: &P, vmid: Vmid, entry: &mut Entry) {
+    if entry.firewall.is_some() {
+        return;
+    }
+    match pve.vm_firewall(vmid).await {
+        Ok(firewall) => entry.firewall = Some(firewall),
+        Err(e) => {
+            tracing::debug!(vmid = vmid.get(), error = %bosun_errchain::error_chain(&e), "could not read the vm's firewall options");
         }
     }
 }

@@ -15,18 +15,22 @@
 //!   if the late restore lands first, the later one is refused and takes another id);
 //! - no guest, or a restore still running: looked at again next pass, until the watch
 //!   expires ([`LATE_LANDING_WATCH`] after the request) and ends `expired`.
+//!
+//! A vmid is looked at as a container, then as a VM: a VM restore (`provision_vm`) is watched
+//! the same way, and a VM that landed late is stopped and destroyed as a container would be
+//! (decision 0117).
 
 use bosun_errchain::error_chain;
-use bosun_pve::{Pve, Vmid};
+use bosun_pve::{Op, PveQemu, Vmid};
 use serde_json::json;
 
 use super::compensate::destroy_own_creation;
 use super::lookup::{LATE_LANDING_WATCH, carries_identity};
 use crate::ops::journal::{JournalError, JournalHandle, LateLanding, NewOperation, OpStatus};
-use crate::ops::operation::OpJournal;
 use crate::ops::operation::OpKind;
 use crate::ops::operation::StepName;
-use crate::trust::gate::Provenance;
+use crate::ops::operation::{OpJournal, StepError};
+use crate::trust::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 
 /// Records, while `op` is still running, that its restore onto `vmid`, sent at `asked_at`,
 /// has not landed within its window: the vmid stays reserved and is watched.
@@ -61,7 +65,7 @@ pub struct SweepSummary {
 }
 
 /// Looks at every watched vmid once and acts on what it finds (the module doc).
-pub async fn sweep<P: Pve>(pve: &P, journal: &JournalHandle) -> SweepSummary {
+pub async fn sweep<P: PveQemu>(pve: &P, journal: &JournalHandle) -> SweepSummary {
     let mut summary = SweepSummary::default();
     let watched = match journal.late_landings().await {
         Ok(watched) if watched.is_empty() => return summary,
@@ -98,7 +102,7 @@ enum Swept {
     Watching,
 }
 
-async fn sweep_one<P: Pve>(
+async fn sweep_one<P: PveQemu>(
     pve: &P,
     journal: &JournalHandle,
     landing: &LateLanding,
@@ -111,17 +115,21 @@ async fn sweep_one<P: Pve>(
             .map_err(|e| error_chain(&e))
     };
     let vmid = Vmid::new(landing.vmid).map_err(|e| e.to_string())?;
-    let config = match pve.ct_config(vmid).await {
-        Err(e) if e.is_missing() => {
-            if now >= landing.watch_until {
-                tracing::info!(vmid = landing.vmid, op_id = %landing.op_id, "a restore watched for a late landing never landed; the watch ends");
-                end("expired").await?;
-                return Ok(Swept::Ended);
+    let (config, vm) = match pve.ct_config(vmid).await {
+        Ok(config) => (config, false),
+        Err(e) if e.is_missing() => match pve.vm_config(vmid).await {
+            Ok(config) => (config, true),
+            Err(e) if e.is_missing() => {
+                if now >= landing.watch_until {
+                    tracing::info!(vmid = landing.vmid, op_id = %landing.op_id, "a restore watched for a late landing never landed; the watch ends");
+                    end("expired").await?;
+                    return Ok(Swept::Ended);
+                }
+                return Ok(Swept::Watching);
             }
-            return Ok(Swept::Watching);
-        }
+            Err(e) => return Err(error_chain(&e)),
+        },
         Err(e) => return Err(error_chain(&e)),
-        Ok(config) => config,
     };
     if config.lock().as_deref() == Some("create") {
         // A restore still running: its tag arrives when it ends.
@@ -152,17 +160,10 @@ async fn sweep_one<P: Pve>(
             async { Ok::<(), String>(()) },
         )
         .await;
+    let provenance = Provenance::late_landing_of(landing.op_id);
     let destroyed = match record {
-        Ok(()) => {
-            destroy_own_creation(
-                pve,
-                &op,
-                vmid,
-                landing.op_id,
-                Provenance::late_landing_of(landing.op_id),
-            )
-            .await
-        }
+        Ok(()) if vm => destroy_late_vm(pve, &op, vmid, landing.op_id, provenance).await,
+        Ok(()) => destroy_own_creation(pve, &op, vmid, landing.op_id, provenance).await,
         Err(e) => Err(e),
     };
     if let Err(e) = destroyed {
@@ -175,4 +176,65 @@ async fn sweep_one<P: Pve>(
         .await
         .map_err(|e| error_chain(&e))?;
     Ok(Swept::Destroyed)
+}
+
+/// Stops and destroys VM `vmid`, in `op`'s journal, if the gate allows it as compensation of
+/// operation `owner`, whose creation it is (`provenance`): the VM counterpart of
+/// [`destroy_own_creation`].
+async fn destroy_late_vm<P: PveQemu>(
+    pve: &P,
+    op: &OpJournal,
+    vmid: Vmid,
+    owner: crate::ops::journal::OpId,
+    provenance: Provenance,
+) -> Result<(), StepError> {
+    let request = GateRequest {
+        action: GateAction::DestroyGuest,
+        target: Target::Guest { vmid: vmid.get() },
+        authority: Authority::Compensation { op_id: owner },
+        provenance,
+    };
+    let decision = gate::decide(&request);
+    let _ = op
+        .journal()
+        .append_audit(decision.audit_event(&request))
+        .await;
+    if !decision.is_allowed() {
+        tracing::error!(vmid = vmid.get(), op_id = %owner, reason = %decision.reason(), "a late vm's destroy refused by the gate; left in place");
+        return Err(StepError::Other {
+            op_id: op.op_id(),
+            step: "compensate".into(),
+            reason: format!("gate denied: {}", decision.reason()),
+        });
+    }
+    let pve_failed = |source| StepError::Pve {
+        op_id: op.op_id(),
+        step: "compensate".into(),
+        source,
+    };
+    let status = match pve.vm_status(vmid).await {
+        Ok(status) => status,
+        Err(e) if e.is_missing() => return Ok(()),
+        Err(e) => return Err(pve_failed(e)),
+    };
+    if status.status == bosun_pve::GuestStatus::Running {
+        op.task(
+            pve,
+            Op::StopVm,
+            StepName::CompensateStopVm,
+            json!({ "vmid": vmid.get() }),
+            pve.stop_vm(vmid),
+        )
+        .await?;
+    }
+    op.task(
+        pve,
+        Op::DestroyVm,
+        StepName::CompensateDestroyVm,
+        json!({ "vmid": vmid.get(), "purge": true }),
+        pve.destroy_vm(vmid, true),
+    )
+    .await?;
+    tracing::info!(vmid = vmid.get(), op_id = %owner, "destroyed a vm that landed late");
+    Ok(())
 }

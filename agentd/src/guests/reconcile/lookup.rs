@@ -152,6 +152,21 @@ pub enum Holder {
     Stranger,
 }
 
+/// Looks at VM `vmid` and says whether it still holds the guest with `identity` (a VM's
+/// config has a container's shape).
+pub async fn vm_holder<P: bosun_pve::PveQemu>(
+    pve: &P,
+    vmid: Vmid,
+    identity: &str,
+) -> Result<Holder, bosun_pve::PveError> {
+    match pve.vm_config(vmid).await {
+        Err(e) if e.is_missing() => Ok(Holder::Nobody),
+        Err(e) => Err(e),
+        Ok(config) if carries_identity(&config, identity) => Ok(Holder::Ours),
+        Ok(_) => Ok(Holder::Stranger),
+    }
+}
+
 /// Looks at `vmid` and says whether it still holds the guest with `identity`.
 pub async fn holder<P: Pve>(
     pve: &P,

@@ -3,6 +3,7 @@
 //! [`replay`] resumes or rolls back what a crash left unfinished.
 
 pub mod apply;
+mod apply_vm;
 pub mod compensate;
 pub mod config_cache;
 pub mod failures;
@@ -12,6 +13,7 @@ pub mod late_landing;
 pub mod lookup;
 pub mod network_guard;
 pub mod observe;
+pub mod observe_vm;
 pub mod order;
 pub mod pacing;
 pub mod plan;
@@ -20,3 +22,4 @@ pub mod reconcile_task;
 pub mod refusals;
 pub mod replay;
 pub mod share;
+pub mod vm_guard;

@@ -31,13 +31,18 @@ use crate::ops::operation::{OpJournal, StepError};
 
 /// A config's interfaces (`net0`…`net31`) with their raw property strings, by index.
 fn interfaces(config: &CtConfig) -> Vec<(u8, String)> {
+    numbered(config, "net")
+}
+
+/// A config's `<prefix>0`…`<prefix>31` values, by index.
+pub(super) fn numbered(config: &CtConfig, prefix: &str) -> Vec<(u8, String)> {
     (0u8..32)
-        .filter_map(|i| config.get_str(&format!("net{i}")).map(|v| (i, v)))
+        .filter_map(|i| config.get_str(&format!("{prefix}{i}")).map(|v| (i, v)))
         .collect()
 }
 
 /// The value of `key` in a `netN` property string.
-fn part<'a>(property: &'a str, key: &str) -> Option<&'a str> {
+pub(super) fn part<'a>(property: &'a str, key: &str) -> Option<&'a str> {
     property
         .split(',')
         .find_map(|p| p.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
@@ -54,7 +59,13 @@ fn static_address(value: &str) -> Option<IpAddr> {
 /// The static addresses every interface of `config` configures: the only source addresses
 /// Proxmox's `ipfilter` lets such a guest use.
 pub fn configured_addresses(config: &CtConfig) -> Vec<IpAddr> {
-    let mut out: Vec<IpAddr> = interfaces(config)
+    addresses_in(&interfaces(config))
+}
+
+/// The static `ip=`/`ip6=` addresses of `lines` (`netN` of a container, `ipconfigN` of a VM),
+/// canonical, sorted, once each.
+pub(super) fn addresses_in(lines: &[(u8, String)]) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = lines
         .iter()
         .flat_map(|(_, net)| {
             ["ip", "ip6"]
@@ -92,13 +103,18 @@ pub fn address_change(
 /// Whether `ipfilter` keeps the guest's traffic: every interface's addresses are static or
 /// absent, and at least one is static.
 pub fn ipfilter_fits(config: &CtConfig) -> bool {
-    let nets = interfaces(config);
-    let all_static = nets.iter().all(|(_, net)| {
+    ipfilter_fits_lines(&interfaces(config))
+}
+
+/// Whether `ipfilter` keeps a guest whose addresses `lines` configure: every one static or
+/// absent, at least one static.
+pub(super) fn ipfilter_fits_lines(lines: &[(u8, String)]) -> bool {
+    let all_static = lines.iter().all(|(_, net)| {
         ["ip", "ip6"]
             .into_iter()
             .all(|key| part(net, key).is_none_or(|v| static_address(v).is_some()))
     });
-    all_static && !configured_addresses(config).is_empty()
+    all_static && !addresses_in(lines).is_empty()
 }
 
 /// The firewall options `config`'s guest lacks: `None` when it has them all.

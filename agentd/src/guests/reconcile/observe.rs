@@ -16,11 +16,12 @@
 //!
 //! A container's config and firewall options are read again only when the listing shows a
 //! change, the agent may have changed the node, or it is the container's turn
-//! ([`super::config_cache`], decision 0110).
+//! ([`super::config_cache`], decision 0110). The agent's own VMs are read the same way
+//! ([`super::observe_vm`], decision 0117).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bosun_pve::{CtConfig, GuestFirewall, GuestStatus, Pve, PveError};
+use bosun_pve::{CtConfig, GuestFirewall, GuestStatus, PveError, PveQemu};
 use uuid::Uuid;
 
 use super::config_cache::{self, ConfigCache};
@@ -58,9 +59,9 @@ pub struct MigratedGuest {
     pub node: String,
 }
 
-/// A VM the agent created (decision 0114), as the cluster's guest list shows it on this
-/// node under the identity the agent wrote.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// A VM the agent created (decision 0114), as the node's VM listing and its config show it
+/// under the identity the agent wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedVm {
     /// The hub's guest id.
     pub guest_id: Uuid,
@@ -68,6 +69,9 @@ pub struct ObservedVm {
     pub vmid: u32,
     /// Whether it runs.
     pub running: bool,
+    /// The planner's view of it: power, cores, memory, root disk, addresses, guard
+    /// (decision 0117).
+    pub guest: ObservedGuest,
 }
 
 /// One pass's view of the host.
@@ -75,8 +79,8 @@ pub struct ObservedVm {
 pub struct Observed {
     /// Every container on the node.
     pub guests: Vec<ObservedGuest>,
-    /// The agent's own VMs on the node (held, so never lost; the planner acts on them only
-    /// for their bootstrap until VMs have the rest of a guest's lifecycle).
+    /// The agent's own VMs on the node (held, so never lost; planned like containers,
+    /// decision 0117).
     pub vms: Vec<ObservedVm>,
     /// Guests the agent created that are gone (or whose vmid a stranger holds).
     pub lost: Vec<LostGuest>,
@@ -90,16 +94,20 @@ pub struct Observed {
 }
 
 /// What the journal says a vmid should hold.
-struct Record {
-    guest_id: Option<Uuid>,
-    identity: String,
-    creating: bool,
+pub(super) struct Record {
+    /// The guest it is.
+    pub(super) guest_id: Option<Uuid>,
+    /// The identity tag the agent wrote into it.
+    pub(super) identity: String,
+    /// Whether the operation creating it still runs.
+    pub(super) creating: bool,
 }
 
 /// What the journal knows before Proxmox is read: the provenance of every guest the agent
 /// created (scratch guests apart), the scratch guests' vmids and the tombstones.
-struct Known {
-    provenance: BTreeMap<u32, Record>,
+pub(super) struct Known {
+    /// What each journaled vmid should hold.
+    pub(super) provenance: BTreeMap<u32, Record>,
     scratch: BTreeSet<u32>,
     gone: BTreeSet<Uuid>,
 }
@@ -151,12 +159,13 @@ impl Known {
     }
 }
 
-/// Reads every container, its config (from `cache` where it still holds) and the journal's
-/// provenance.
-pub async fn observe<P: Pve>(
+/// Reads every container, its config (from `cache` where it still holds), the agent's own VMs
+/// (theirs from `vm_cache`) and the journal's provenance.
+pub async fn observe<P: PveQemu>(
     pve: &P,
     journal: &JournalHandle,
     cache: &mut ConfigCache,
+    vm_cache: &mut ConfigCache,
 ) -> Result<Observed, ObserveError> {
     let known = Known::read(journal).await?;
     let mut held: BTreeSet<u32> = BTreeSet::new();
@@ -207,7 +216,7 @@ pub async fn observe<P: Pve>(
             locked,
         ));
     }
-    let vms = own_vms(pve, &known, &mut held).await?;
+    let vms = super::observe_vm::own_vms(pve, &known, &mut held, &mut unsettled, vm_cache).await?;
     let (lost, migrated) = lost_and_migrated(pve, journal, &known, &held, &unsettled).await?;
     Ok(Observed {
         guests,
@@ -217,50 +226,6 @@ pub async fn observe<P: Pve>(
         gone: known.gone,
         unsettled,
     })
-}
-
-/// The agent's own VMs on this node: a journaled guest no container holds is looked for
-/// among the cluster's guests (one read, only while some journaled guest is not a container
-/// here) as a `qemu` guest on this node carrying the identity the agent wrote. Each one found
-/// is held (never lost) and given.
-async fn own_vms<P: Pve>(
-    pve: &P,
-    known: &Known,
-    held: &mut BTreeSet<u32>,
-) -> Result<Vec<ObservedVm>, ObserveError> {
-    let candidates: Vec<(u32, &Record)> = known
-        .provenance
-        .iter()
-        .filter(|(vmid, record)| !record.creating && !held.contains(vmid))
-        .map(|(vmid, record)| (*vmid, record))
-        .collect();
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
-    let cluster = pve.cluster_guests().await.map_err(ObserveError::Pve)?;
-    let here = pve.node().as_str();
-    let mut vms = Vec::new();
-    for (vmid, record) in candidates {
-        let Some(guest_id) = record.guest_id else {
-            continue;
-        };
-        let found = cluster.iter().find(|g| {
-            g.vmid == u64::from(vmid)
-                && g.kind == "qemu"
-                && g.node.as_deref() == Some(here)
-                && super::lookup::has_tag(g.tags.as_deref(), &record.identity)
-        });
-        if let Some(vm) = found {
-            held.insert(vmid);
-            vms.push(ObservedVm {
-                guest_id,
-                vmid,
-                running: vm.status.as_deref() == Some("running"),
-            });
-        }
-    }
-    vms.sort();
-    Ok(vms)
 }
 
 /// The guest id of the container at `vmid` when it is the journal's guest there: it carries
@@ -317,7 +282,7 @@ fn observed_guest(
 /// The guests the journal records that Proxmox no longer holds under their identity (and
 /// those still lost from earlier passes), less the ones another node of the cluster holds
 /// now, which are given apart.
-async fn lost_and_migrated<P: Pve>(
+async fn lost_and_migrated<P: PveQemu>(
     pve: &P,
     journal: &JournalHandle,
     known: &Known,
@@ -370,7 +335,7 @@ async fn lost_and_migrated<P: Pve>(
 /// journal recorded, and gives them. A vmid another node holds without that identity stays
 /// lost (a stranger took the id); the list failing fails the pass, so nothing is judged lost
 /// that may only have moved.
-async fn migrated_away<P: Pve>(
+async fn migrated_away<P: PveQemu>(
     pve: &P,
     provenance: &BTreeMap<u32, Record>,
     lost: &mut Vec<LostGuest>,
@@ -384,7 +349,7 @@ async fn migrated_away<P: Pve>(
         };
         let elsewhere = cluster.iter().find(|g| {
             g.vmid == u64::from(l.vmid)
-                && g.kind == "lxc"
+                && (g.kind == "lxc" || g.kind == "qemu")
                 && g.node.as_deref().is_some_and(|n| n != here)
                 && super::lookup::has_tag(g.tags.as_deref(), &record.identity)
         });

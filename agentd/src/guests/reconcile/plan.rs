@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bosun_proto::desired::{
-    DesiredState, DrPolicy, GuestSpec, PlacementRefusal, Power, StorageClass,
+    DesiredState, DrPolicy, GuestKind, GuestSpec, PlacementRefusal, Power, StorageClass,
 };
 use uuid::Uuid;
 
@@ -95,9 +95,10 @@ pub struct Facts {
     pub lost: BTreeMap<Uuid, u32>,
     /// Guests a signed decommission destroyed: never provisioned again.
     pub gone: BTreeSet<Uuid>,
-    /// The agent's own VMs on the node, with their vmid and whether they run (decision
-    /// 0114): never provisioned again; only their bootstrap is delivered so far.
-    pub vms: BTreeMap<Uuid, (u32, bool)>,
+    /// The agent's own VMs on the node, as observed (decision 0114): never provisioned again,
+    /// planned like a container otherwise (power, cores and memory, root disk, network guard,
+    /// bootstrap), and orphaned when desired state drops them (decision 0117).
+    pub vms: BTreeMap<Uuid, ObservedGuest>,
     /// Guests this agent created that another node of the cluster holds now, with their vmid
     /// and that node: never provisioned or recovered here.
     pub migrated: BTreeMap<Uuid, (u32, String)>,
@@ -133,6 +134,8 @@ pub enum Action {
         guest_id: Uuid,
         /// Its vmid.
         vmid: u32,
+        /// A container or a VM: which of Proxmox's calls carry the action out.
+        kind: GuestKind,
         /// New hostname, if it drifted.
         hostname: Option<String>,
         /// New cores, if they drifted.
@@ -150,6 +153,8 @@ pub enum Action {
         guest_id: Uuid,
         /// Its vmid.
         vmid: u32,
+        /// A container or a VM: which of Proxmox's calls carry the action out.
+        kind: GuestKind,
         /// Its size now.
         from_gib: u32,
         /// The size wanted.
@@ -161,6 +166,8 @@ pub enum Action {
         guest_id: Uuid,
         /// Its vmid.
         vmid: u32,
+        /// A container or a VM: which of Proxmox's calls carry the action out.
+        kind: GuestKind,
     },
     /// Shut the guest down.
     Stop {
@@ -168,6 +175,8 @@ pub enum Action {
         guest_id: Uuid,
         /// Its vmid.
         vmid: u32,
+        /// A container or a VM: which of Proxmox's calls carry the action out.
+        kind: GuestKind,
     },
     /// Restore a lost guest from its fastest surviving backup tier (the host's DR policy
     /// is `auto`).
@@ -187,6 +196,8 @@ pub enum Action {
         guest_id: Uuid,
         /// Its vmid.
         vmid: u32,
+        /// A container or a VM: which of Proxmox's calls carry the action out.
+        kind: GuestKind,
     },
     /// Deliver the bootstrap (mint a token, push `bootstrap.json`) to a running guest
     /// this agent provisioned that has no token: its start or push failed during
@@ -211,6 +222,20 @@ impl Action {
             | Action::GuardNetwork { guest_id, .. }
             | Action::Start { guest_id, .. }
             | Action::Stop { guest_id, .. } => *guest_id,
+        }
+    }
+
+    /// Whether the action is for a container or a VM.
+    pub fn kind(&self) -> GuestKind {
+        match self {
+            Action::Provision { spec }
+            | Action::DeliverBootstrap { spec, .. }
+            | Action::Recover { spec, .. } => spec.kind,
+            Action::SetSpec { kind, .. }
+            | Action::GrowRootfs { kind, .. }
+            | Action::GuardNetwork { kind, .. }
+            | Action::Start { kind, .. }
+            | Action::Stop { kind, .. } => *kind,
         }
     }
 
@@ -438,17 +463,13 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             out.findings.push(Finding::Deferred { guest_id });
             continue;
         }
-        if let Some(&(vmid, running)) = facts.vms.get(&guest_id) {
-            // A VM gets its bootstrap; its power, size and guard follow with the rest of a
-            // VM's lifecycle (issue 59's later parts).
-            if running
-                && spec.power == Power::Running
-                && (facts.tokenless.contains(&guest_id) || facts.access_stale.contains(&guest_id))
-            {
-                out.actions.push(Action::DeliverBootstrap {
-                    spec: Box::new(spec.clone()),
-                    vmid,
-                });
+        if let Some(vm) = facts.vms.get(&guest_id) {
+            // A VM of the agent's own: the guest it is, whatever kind desired state says now.
+            claimed.insert(vm.vmid);
+            if vm.locked {
+                out.findings.push(Finding::Deferred { guest_id });
+            } else {
+                plan_existing(spec, &share, vm, facts, &order, GuestKind::Qemu, &mut out);
             }
             continue;
         }
@@ -474,7 +495,10 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             {
                 out.findings.push(Finding::Lost { guest_id, vmid });
                 let failures = facts.recover_failures.get(&guest_id).copied().unwrap_or(0);
-                let wanted = desired.dr_policy == DrPolicy::Auto || host_loss.is_some();
+                // A VM is restored only by the DR of VMs, which comes with their backups
+                // (decision 0117): until then a lost VM waits, reported, never rebuilt.
+                let wanted = (desired.dr_policy == DrPolicy::Auto || host_loss.is_some())
+                    && spec.kind == GuestKind::Lxc;
                 if wanted
                     && failures < facts.restart_limit.max(1)
                     && placeable(desired, spec, &facts.hot_places, &mut out)
@@ -509,11 +533,12 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             out.findings.push(Finding::Deferred { guest_id });
             continue;
         }
-        plan_existing(spec, &share, o, facts, &order, &mut out);
+        plan_existing(spec, &share, o, facts, &order, GuestKind::Lxc, &mut out);
     }
-    super::order::hold(&mut out, &order, observed);
+    let everyone: Vec<ObservedGuest> = observed.iter().chain(facts.vms.values()).cloned().collect();
+    super::order::hold(&mut out, &order, &everyone);
 
-    for o in observed {
+    for o in &everyone {
         if !claimed.contains(&o.vmid) {
             out.findings.push(Finding::Orphaned {
                 vmid: o.vmid,
@@ -553,24 +578,29 @@ fn placeable(desired: &DesiredState, spec: &GuestSpec, hot: &HotPlaces, out: &mu
     placeable
 }
 
+/// The actions that move an existing guest of `kind` to `spec`. A VM's cores, memory, root
+/// disk, guard and power are planned as a container's; its name, share and `startup` are
+/// not yet (decision 0117).
 fn plan_existing(
     spec: &GuestSpec,
     share: &Share,
     o: &ObservedGuest,
     facts: &Facts,
     order: &bosun_proto::desired::order::BootOrder,
+    kind: GuestKind,
     out: &mut Plan,
 ) {
     let guest_id = spec.guest_id;
     let vmid = o.vmid;
     let want = spec.resources;
-    let hostname =
-        (o.hostname.as_deref() != Some(spec.hostname.as_str())).then(|| spec.hostname.clone());
+    let container = kind == GuestKind::Lxc;
+    let hostname = (container && o.hostname.as_deref() != Some(spec.hostname.as_str()))
+        .then(|| spec.hostname.clone());
     let cores = (o.cores != Some(want.cores)).then_some(want.cores);
     let memory_mib = (o.memory_mib != Some(want.memory_mib)).then_some(want.memory_mib);
-    let share = super::share::change(share, &o.share);
+    let share = super::share::change(share, &o.share).filter(|_| container);
     let startup = super::order::startup_of(order, guest_id)
-        .filter(|s| super::order::startup_drifted(o.startup.as_deref(), *s));
+        .filter(|s| container && super::order::startup_drifted(o.startup.as_deref(), *s));
     if hostname.is_some()
         || cores.is_some()
         || memory_mib.is_some()
@@ -580,6 +610,7 @@ fn plan_existing(
         out.actions.push(Action::SetSpec {
             guest_id,
             vmid,
+            kind,
             hostname,
             cores,
             memory_mib,
@@ -592,6 +623,7 @@ fn plan_existing(
             out.actions.push(Action::GrowRootfs {
                 guest_id,
                 vmid,
+                kind,
                 from_gib: have,
                 to_gib: want.rootfs_gib,
             });
@@ -607,7 +639,11 @@ fn plan_existing(
     out.findings
         .extend(super::network_guard::address_change(spec, o));
     if o.unguarded && o.guest_id == Some(guest_id) {
-        out.actions.push(Action::GuardNetwork { guest_id, vmid });
+        out.actions.push(Action::GuardNetwork {
+            guest_id,
+            vmid,
+            kind,
+        });
     }
     match (spec.power, o.power) {
         (Power::Running, ObservedPower::Running)
@@ -630,10 +666,18 @@ fn plan_existing(
                     failures,
                 });
             } else {
-                out.actions.push(Action::Start { guest_id, vmid });
+                out.actions.push(Action::Start {
+                    guest_id,
+                    vmid,
+                    kind,
+                });
             }
         }
-        (Power::Stopped, _) => out.actions.push(Action::Stop { guest_id, vmid }),
+        (Power::Stopped, _) => out.actions.push(Action::Stop {
+            guest_id,
+            vmid,
+            kind,
+        }),
     }
 }
 
@@ -644,3 +688,7 @@ pub(in crate::guests::reconcile) mod tests;
 #[cfg(test)]
 #[path = "plan_bootstrap_tests.rs"]
 mod bootstrap_tests;
+
+#[cfg(test)]
+#[path = "plan_vm_tests.rs"]
+mod vm_tests;

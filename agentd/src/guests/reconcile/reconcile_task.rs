@@ -21,7 +21,7 @@ use std::time::Duration;
 use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestResources;
 use bosun_proto::report::{GuestReport, GuestStatus};
-use bosun_pve::Pve;
+use bosun_pve::{Pve, PveQemu};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -46,12 +46,12 @@ fn migrated_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, String)>
         .collect()
 }
 
-/// The agent's own VMs of a pass, by guest id: their vmid and whether they run.
-fn vms_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, bool)> {
+/// The agent's own VMs of a pass, by guest id, as the planner sees them.
+fn vms_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, super::plan::ObservedGuest> {
     observed
         .vms
         .iter()
-        .map(|v| (v.guest_id, (v.vmid, v.running)))
+        .map(|v| (v.guest_id, v.guest.clone()))
         .collect()
 }
 
@@ -120,9 +120,11 @@ pub struct ReconcileTask<P: Pve> {
     last_host_loss_reason: parking_lot::Mutex<Option<String>>,
     /// What the passes read of each container, kept for the next (decision 0110).
     configs: parking_lot::Mutex<ConfigCache>,
+    /// What the passes read of each VM of the agent's own, kept the same way.
+    vm_configs: parking_lot::Mutex<ConfigCache>,
 }
 
-impl<P: Pve + 'static> ReconcileTask<P> {
+impl<P: PveQemu + 'static> ReconcileTask<P> {
     /// A loop reading desired state from `desired`.
     pub fn new(
         pve: Arc<P>,
@@ -154,6 +156,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 host_loss: None,
                 last_host_loss_reason: parking_lot::Mutex::new(None),
                 configs: parking_lot::Mutex::new(ConfigCache::default()),
+                vm_configs: parking_lot::Mutex::new(ConfigCache::default()),
             },
             handle,
         )
@@ -257,8 +260,11 @@ impl<P: Pve + 'static> ReconcileTask<P> {
     /// leaves none kept: the next reads every config).
     async fn observe(&self) -> Result<Observed, ObserveError> {
         let mut configs = std::mem::take(&mut *self.configs.lock());
-        let observed = super::observe::observe(&*self.pve, &self.journal, &mut configs).await;
+        let mut vm_configs = std::mem::take(&mut *self.vm_configs.lock());
+        let observed =
+            super::observe::observe(&*self.pve, &self.journal, &mut configs, &mut vm_configs).await;
         *self.configs.lock() = configs;
+        *self.vm_configs.lock() = vm_configs;
         observed
     }
 
@@ -462,42 +468,15 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             .guests
             .iter()
             .filter(|o| !lost_vmids.contains(&o.vmid))
-            .map(|o| {
-                let orphan = findings
-                    .iter()
-                    .any(|f| matches!(f, Finding::Orphaned { vmid, .. } if *vmid == o.vmid));
-                let broken = findings
-                    .iter()
-                    .any(|f| matches!(f, Finding::Broken { vmid, .. } if *vmid == o.vmid));
-                let status = if orphan && snapshot.is_some() {
-                    GuestStatus::Orphaned
-                } else if broken {
-                    GuestStatus::Broken
-                } else {
-                    match o.power {
-                        ObservedPower::Running => GuestStatus::Running,
-                        ObservedPower::Stopped => GuestStatus::Stopped,
-                        ObservedPower::Other => GuestStatus::Unknown,
-                    }
-                };
-                let resources = match (o.cores, o.memory_mib, o.rootfs_gib) {
-                    (Some(cores), Some(memory_mib), Some(rootfs_gib)) => Some(GuestResources {
-                        cores,
-                        memory_mib,
-                        rootfs_gib,
-                    }),
-                    _ => None,
-                };
-                GuestReport {
-                    guest_id: o.guest_id,
-                    vmid: o.vmid,
-                    hostname: o.hostname.clone().unwrap_or_default(),
-                    status,
-                    resources,
-                    controller_digest: None,
-                    controller_expected: None,
-                    addresses: o.addresses.iter().map(ToString::to_string).collect(),
-                }
+            .map(|o| GuestReport {
+                guest_id: o.guest_id,
+                vmid: o.vmid,
+                hostname: o.hostname.clone().unwrap_or_default(),
+                status: reported_status(o, findings, snapshot.is_some()),
+                resources: reported_resources(o),
+                controller_digest: None,
+                controller_expected: None,
+                addresses: o.addresses.iter().map(ToString::to_string).collect(),
             })
             .chain(lost)
             .chain(observed.vms.iter().map(|v| {
@@ -508,15 +487,11 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                         .and_then(|s| s.state.guests.iter().find(|g| g.guest_id == v.guest_id))
                         .map(|g| g.hostname.clone())
                         .unwrap_or_default(),
-                    status: if v.running {
-                        GuestStatus::Running
-                    } else {
-                        GuestStatus::Stopped
-                    },
-                    resources: None,
+                    status: reported_status(&v.guest, findings, snapshot.is_some()),
+                    resources: reported_resources(&v.guest),
                     controller_digest: None,
                     controller_expected: None,
-                    addresses: Vec::new(),
+                    addresses: v.guest.addresses.iter().map(ToString::to_string).collect(),
                 }
             }))
             .collect();
@@ -533,6 +508,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         let addresses = observed
             .guests
             .iter()
+            .chain(observed.vms.iter().map(|v| &v.guest))
             .filter(|o| !o.addresses.is_empty())
             .filter_map(|o| o.guest_id.map(|g| (g.to_string(), o.addresses.clone())))
             .collect();
@@ -549,6 +525,44 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 }
             }
         });
+    }
+}
+
+/// How a guest the pass observed is reported: `orphaned` (once desired state is known) or
+/// `broken` by the pass's findings, else its power.
+fn reported_status(
+    o: &super::plan::ObservedGuest,
+    findings: &[Finding],
+    desired_known: bool,
+) -> GuestStatus {
+    let orphan = findings
+        .iter()
+        .any(|f| matches!(f, Finding::Orphaned { vmid, .. } if *vmid == o.vmid));
+    let broken = findings
+        .iter()
+        .any(|f| matches!(f, Finding::Broken { vmid, .. } if *vmid == o.vmid));
+    if orphan && desired_known {
+        GuestStatus::Orphaned
+    } else if broken {
+        GuestStatus::Broken
+    } else {
+        match o.power {
+            ObservedPower::Running => GuestStatus::Running,
+            ObservedPower::Stopped => GuestStatus::Stopped,
+            ObservedPower::Other => GuestStatus::Unknown,
+        }
+    }
+}
+
+/// A guest's resources as Proxmox holds them, when all three read.
+fn reported_resources(o: &super::plan::ObservedGuest) -> Option<GuestResources> {
+    match (o.cores, o.memory_mib, o.rootfs_gib) {
+        (Some(cores), Some(memory_mib), Some(rootfs_gib)) => Some(GuestResources {
+            cores,
+            memory_mib,
+            rootfs_gib,
+        }),
+        _ => None,
     }
 }
 

@@ -136,6 +136,10 @@ step_names! {
     AgentPing => "agent_ping", waited as TaskStatus, found as None,
     /// A VM's bootstrap written through its guest agent (`agent/file-write`).
     WriteBootstrap => "write_bootstrap", waited as TaskStatus, found as None,
+    /// A VM shut down (the timeout, then forced off, as a container's `shutdown`).
+    ShutdownVm => "shutdown_vm", waited as ShutdownVm, found as None,
+    /// A VM's root disk grown (a shrink is never sent).
+    ResizeVmDisk => "resize_vm_disk", waited as ResizeVmDisk, found as None,
     /// A rollback's stop of the VM the operation created.
     CompensateStopVm => "compensate_stop_vm", waited as StopVm, found as None,
     /// A rollback's destroy of the VM the operation created.
@@ -346,6 +350,8 @@ mod tests {
         ("write_bootstrap", StepName::WriteBootstrap),
         ("compensate_stop_vm", StepName::CompensateStopVm),
         ("compensate_destroy_vm", StepName::CompensateDestroyVm),
+        ("shutdown_vm", StepName::ShutdownVm),
+        ("resize_vm_disk", StepName::ResizeVmDisk),
     ];
 
     #[test]

@@ -1,0 +1,162 @@
+//! The set-up the VM suites share (decision 0114, 0117): the host's pool of addresses a VM's
+//! `ipconfig0` comes from, the VM golden archive with its document signed for a VM, desired
+//! states of VM guests, and a running VM provisioned by the real agent and hub.
+
+use std::time::Duration;
+
+use bosun_proto::desired::GuestKind;
+use bosun_proto::golden::GoldenDocument;
+use bosun_pvesim::SimHandle;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::signing::signed_golden_document;
+use super::{AgentFiles, InProcessAgent, RealHub, enrolled_stack, running_vmid};
+
+/// The host's pool of addresses (decision 0101): a VM's `ipconfig0` comes from it.
+pub const POOL: &str = "[addresses]\nbridge = \"vmbr0\"\nipv4_first = \"192.0.2.20\"\n\
+                        ipv4_last = \"192.0.2.29\"\nipv4_prefix = 24\nipv4_gateway = \"192.0.2.1\"\n";
+
+/// Where every guest's bootstrap lives.
+pub const BOOTSTRAP: &str = "/etc/bosun-bootstrap/bootstrap.json";
+
+/// Appends `text` to the agent's config.
+pub fn append_config(files: &AgentFiles, text: &str) {
+    let mut config = std::fs::read_to_string(&files.config_path).unwrap();
+    config.push_str(text);
+    std::fs::write(&files.config_path, config).unwrap();
+}
+
+/// The value of `key=` in a property string.
+pub fn part<'a>(value: &'a str, key: &str) -> Option<&'a str> {
+    value
+        .split(',')
+        .find_map(|p| p.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+/// A desired state of `guests`, each `(id, name, kind, golden entry)`: 2 cores, 1 GiB, a
+/// 10 GiB root disk, running.
+pub fn desired_of(guests: &[(Uuid, &str, GuestKind, Value)]) -> Value {
+    json!({
+        "schema": "bosun.desired/v1",
+        "guests": guests.iter().map(|(id, name, kind, golden)| json!({
+            "guest_id": id,
+            "kind": kind.as_str(),
+            "hostname": name,
+            "customer": { "customer_id": "acme", "display_name": "Acme" },
+            "resources": { "cores": 2, "memory_mib": 1024, "rootfs_gib": 10 },
+            "power": "running",
+            "golden": golden,
+        })).collect::<Vec<_>>(),
+        "backup_policy": { "schedule": "daily", "retention": {} },
+        "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },
+    })
+}
+
+/// The VM golden archive, seeded in the simulator, with the hash the (fake) helper reads
+/// from its file; and its golden entry signed for a VM.
+pub fn vm_golden(sim: &SimHandle, files: &AgentFiles) -> (String, String, Value) {
+    let volid = sim.add_vm_golden();
+    let sha = "5e".repeat(32);
+    files.helper.set_archive(&volid, &sha);
+    let entry =
+        signed_golden_document(&GoldenDocument::new(&volid, &sha).for_kind(GuestKind::Qemu));
+    (volid, sha, entry)
+}
+
+/// The requests that reached Proxmox, as `(method, path)`.
+pub fn calls(sim: &SimHandle) -> Vec<(String, String)> {
+    sim.requests()
+        .into_iter()
+        .map(|r| (r.method, r.path))
+        .collect()
+}
+
+/// The VM restores (`POST /nodes/pve/qemu`) that reached Proxmox, by archive.
+pub fn vm_restores(sim: &SimHandle) -> Vec<String> {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/nodes/pve/qemu")
+        .filter_map(|r| {
+            r.params
+                .iter()
+                .find(|(k, _)| k == "archive")
+                .map(|(_, v)| v.clone())
+        })
+        .collect()
+}
+
+/// One running VM guest provisioned end to end: the simulator, the hub, the agent (its local
+/// API on, the host's pool of addresses), the guest, its vmid and the desired state that made
+/// it.
+pub struct VmStack {
+    pub sim: SimHandle,
+    pub hub: RealHub,
+    pub files: AgentFiles,
+    pub agent: InProcessAgent,
+    pub host: Uuid,
+    pub guest: Uuid,
+    pub vmid: u32,
+    pub desired: Value,
+}
+
+impl VmStack {
+    /// Provisions one VM guest, `vm-shop`, and waits until it runs with its bootstrap.
+    pub async fn running() -> Self {
+        let (sim, hub, files) = enrolled_stack().await;
+        sim.set_datacenter_firewall(true);
+        append_config(&files, POOL);
+        files.use_local_api(0, "");
+        let (_, _, golden) = vm_golden(&sim, &files);
+        let agent = InProcessAgent::start(&files.config_path).await;
+        let host = agent.handles.host_id;
+        let guest = Uuid::new_v4();
+        let desired = desired_of(&[(guest, "vm-shop", GuestKind::Qemu, golden)]);
+        hub.put_desired(host, &desired).await;
+        let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+        super::eventually(
+            Duration::from_secs(30),
+            "the vm's bootstrap is written",
+            || {
+                let sim = &sim;
+                async move { sim.vm_file(vmid, BOOTSTRAP).is_some() }
+            },
+        )
+        .await;
+        Self {
+            sim,
+            hub,
+            files,
+            agent,
+            host,
+            guest,
+            vmid,
+            desired,
+        }
+    }
+
+    /// Sends `desired` to the agent and keeps it as the stack's.
+    pub async fn put_desired(&mut self, desired: Value) {
+        self.hub.put_desired(self.host, &desired).await;
+        self.desired = desired;
+    }
+
+    /// The agent's last report of the guest.
+    pub fn report(&self) -> Option<bosun_proto::report::GuestReport> {
+        self.agent
+            .handles
+            .reconcile
+            .borrow()
+            .guests
+            .iter()
+            .find(|g| g.guest_id == Some(self.guest))
+            .cloned()
+    }
+
+    /// Stops the agent, the hub and the simulator.
+    pub async fn stop(self) {
+        self.agent.stop().await;
+        self.hub.stop().await;
+        self.sim.shutdown().await;
+    }
+}
