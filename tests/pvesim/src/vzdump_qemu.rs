@@ -232,10 +232,9 @@ fn freeze(t: &TaskCtx, vmid: u32) -> Option<Instant> {
     }
     t.log("INFO: issuing guest-agent 'fs-freeze' command");
     if vm.frozen {
-        t.log(
+        t.log(format!(
             "ERROR: VM {vmid} qga command 'guest-fsfreeze-freeze' failed - The command guest-fsfreeze-freeze has been disabled for this instance"
-                .replace("{vmid}", &vmid.to_string()),
-        );
+        ));
     }
     vm.frozen = true;
     Some(Instant::now())
