@@ -67,6 +67,7 @@ impl Rig {
         let guest = GuestRef {
             guest_id: h.guest(0).guest_id.clone(),
             vmid: Vmid::new(h.guest(0).vmid).unwrap(),
+            kind: bosun_proto::desired::GuestKind::Lxc,
         };
         let (policy, policy_rx) = watch::channel(policy);
         let scheduler = PolicyScheduler::new(

@@ -100,6 +100,7 @@ impl Rig {
         let guest = GuestRef {
             guest_id: h.guest(0).guest_id.clone(),
             vmid: Vmid::new(h.guest(0).vmid).unwrap(),
+            kind: bosun_proto::desired::GuestKind::Lxc,
         };
         let policy = desired(Retention::default(), Retention::default()).backup_policy;
         let (policy_tx, policy_rx) = watch::channel(Some(policy));

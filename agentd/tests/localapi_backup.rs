@@ -237,12 +237,14 @@ async fn after_a_restart_the_last_success_comes_from_the_backup_storage() {
     let guest = bosun_agentd::data::backup::GuestRef {
         guest_id: h.guest(0).guest_id.clone(),
         vmid: bosun_pve::Vmid::new(101).unwrap(),
+        kind: bosun_proto::desired::GuestKind::Lxc,
     };
     let last = fresh.last_success(&guest).await.unwrap();
     assert!(last.is_some());
     let other = bosun_agentd::data::backup::GuestRef {
         guest_id: h.guest(1).guest_id.clone(),
         vmid: bosun_pve::Vmid::new(102).unwrap(),
+        kind: bosun_proto::desired::GuestKind::Lxc,
     };
     assert_eq!(fresh.last_success(&other).await.unwrap(), None);
     h.shutdown().await;

@@ -39,3 +39,4 @@ mod log_output;
 mod network_guard;
 mod recovery_bench;
 mod restore_tests;
+mod vm_archive_proof;

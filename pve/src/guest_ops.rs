@@ -7,9 +7,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::{
-    ConfigUpdate, ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName,
-    SnapshotInfo, StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VolumeAttributes,
-    VolumeId, VzdumpRequest,
+    ConfigUpdate, ContentFilter, ContentItem, ContentType, CtConfig, Op, PveError, PveQemu,
+    SnapName, SnapshotInfo, StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, VmConfig,
+    VmConfigUpdate, Vmid, VolumeAttributes, VolumeId, VzdumpRequest,
 };
 
 /// The guest-scoped Proxmox calls behind the local API. Every method takes the vmid the
@@ -86,22 +86,30 @@ pub trait GuestOps: Send + Sync + std::fmt::Debug {
         vmid: Vmid,
         update: &'a ConfigUpdate,
     ) -> BoxFuture<'a, Result<(), PveError>>;
+    /// A VM's configuration (pending values merged).
+    fn vm_config(&self, vmid: Vmid) -> BoxFuture<'_, Result<VmConfig, PveError>>;
+    /// Changes a VM's configuration (synchronous).
+    fn update_vm_config<'a>(
+        &'a self,
+        vmid: Vmid,
+        update: &'a VmConfigUpdate,
+    ) -> BoxFuture<'a, Result<(), PveError>>;
 }
 
-/// [`GuestOps`] over a [`Pve`] implementation.
+/// [`GuestOps`] over a [`PveQemu`] implementation.
 #[derive(Debug)]
 pub struct PveOps<P> {
     pve: Arc<P>,
 }
 
-impl<P: Pve + std::fmt::Debug + 'static> PveOps<P> {
+impl<P: PveQemu + std::fmt::Debug + 'static> PveOps<P> {
     /// Wraps a shared PVE client.
     pub fn shared(pve: Arc<P>) -> Arc<dyn GuestOps> {
         Arc::new(Self { pve })
     }
 }
 
-impl<P: Pve + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
+impl<P: PveQemu + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
     fn list_snapshots(&self, vmid: Vmid) -> BoxFuture<'_, Result<Vec<SnapshotInfo>, PveError>> {
         Box::pin(async move {
             let all = self.pve.list_snapshots(vmid).await?;
@@ -213,5 +221,17 @@ impl<P: Pve + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
         update: &'a ConfigUpdate,
     ) -> BoxFuture<'a, Result<(), PveError>> {
         Box::pin(self.pve.update_ct_config(vmid, update))
+    }
+
+    fn vm_config(&self, vmid: Vmid) -> BoxFuture<'_, Result<VmConfig, PveError>> {
+        Box::pin(self.pve.vm_config(vmid))
+    }
+
+    fn update_vm_config<'a>(
+        &'a self,
+        vmid: Vmid,
+        update: &'a VmConfigUpdate,
+    ) -> BoxFuture<'a, Result<(), PveError>> {
+        Box::pin(self.pve.update_vm_config(vmid, update))
     }
 }

@@ -289,6 +289,7 @@ async fn restore_guests(sim: &SimHandle, pve: &Arc<PveClient>) -> Vec<GuestRef> 
             GuestRef {
                 guest_id: format!("0195a0e0-0000-7000-8000-{:012}", n + 1),
                 vmid,
+                kind: bosun_proto::desired::GuestKind::Lxc,
             }
         });
     }

@@ -324,11 +324,10 @@ pub(super) fn backups(
     let policy = policy_feed(w.tasks, w.desired.clone(), w.cancel.clone());
     let scheduler = PolicyScheduler::new(
         backups.clone(),
-        Arc::new(DesiredRunningGuests::new(
-            Arc::clone(w.pve),
-            w.journal.clone(),
-            w.desired.clone(),
-        )),
+        Arc::new(
+            DesiredRunningGuests::new(Arc::clone(w.pve), w.journal.clone(), w.desired.clone())
+                .with_vms(),
+        ),
         policy.clone(),
         SchedulerConfig::default(),
     );

@@ -524,9 +524,14 @@ pub async fn journaled_backup(
     // Every run of the agent's tags the guest's config before its vzdump (decision 0052), so
     // the archive's content names its guest.
     let ops = PveOps::shared(Arc::new(pve.clone()));
-    bosun_agentd::data::backup::content::mark(ops.as_ref(), guest_id, Vmid::new(vmid).unwrap())
-        .await
-        .expect("the guest's config is tagged");
+    bosun_agentd::data::backup::content::mark(
+        ops.as_ref(),
+        guest_id,
+        Vmid::new(vmid).unwrap(),
+        bosun_proto::desired::GuestKind::Lxc,
+    )
+    .await
+    .expect("the guest's config is tagged");
     let request =
         bosun_pve::VzdumpRequest::new(Vmid::new(vmid).unwrap(), StorageId::new(storage).unwrap());
     let volid = pve.backup_ct(&request).await.unwrap().volid;

@@ -69,15 +69,34 @@ pub(crate) fn extension(compress: &str) -> &'static str {
     }
 }
 
+/// A VM archive's extension: vzdump writes a VMA stream, compressed as asked.
+pub(crate) fn vma_extension(compress: &str) -> &'static str {
+    match compress {
+        "1" | "lzo" => "vma.lzo",
+        "gzip" => "vma.gz",
+        "zstd" => "vma.zst",
+        _ => "vma",
+    }
+}
+
 /// The archive's volid, format and the name shown in the log. Dir: node local time; PBS: UTC.
-/// If the name is taken (two backups in one second) the time moves on by a second.
+/// If the name is taken (two backups in one second) the time moves on by a second. A VM's
+/// (`qemu`) is a `vzdump-qemu-…vma…` file or a PBS `vm/…` snapshot; a container's a
+/// `vzdump-lxc-…tar…` file or a `ct/…` snapshot.
 pub(crate) fn archive_name(
     st: &NodeState,
     storage: &str,
     compress: &str,
     vmid: u32,
     started: &jiff::Zoned,
+    qemu: bool,
 ) -> Option<(String, String, String)> {
+    let (pbs_type, file_type) = if qemu { ("vm", "qemu") } else { ("ct", "lxc") };
+    let ext = if qemu {
+        vma_extension(compress)
+    } else {
+        extension(compress)
+    };
     let kind = &st.storages.get(storage)?.kind;
     let existing = st.volumes(storage);
     let taken = |volid: &str| existing.iter().any(|v| v.volid == volid);
@@ -88,17 +107,16 @@ pub(crate) fn archive_name(
             StorageKind::Pbs { .. } => {
                 let iso = when.timestamp().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
                 (
-                    format!("{storage}:backup/ct/{vmid}/{iso}"),
-                    "pbs-ct".to_owned(),
-                    format!("ct/{vmid}/{iso}"),
+                    format!("{storage}:backup/{pbs_type}/{vmid}/{iso}"),
+                    format!("pbs-{pbs_type}"),
+                    format!("{pbs_type}/{vmid}/{iso}"),
                 )
             }
             StorageKind::Dir { path }
             | StorageKind::Nfs { path, .. }
             | StorageKind::Cifs { path, .. } => {
-                let ext = extension(compress);
                 let name = format!(
-                    "vzdump-lxc-{vmid}-{}.{ext}",
+                    "vzdump-{file_type}-{vmid}-{}.{ext}",
                     when.strftime("%Y_%m_%d-%H_%M_%S")
                 );
                 (
@@ -108,9 +126,8 @@ pub(crate) fn archive_name(
                 )
             }
             StorageKind::LvmThin { .. } => {
-                let ext = extension(compress);
                 let name = format!(
-                    "vzdump-lxc-{vmid}-{}.{ext}",
+                    "vzdump-{file_type}-{vmid}-{}.{ext}",
                     when.strftime("%Y_%m_%d-%H_%M_%S")
                 );
                 (format!("{storage}:backup/{name}"), ext.to_owned(), name)

@@ -1,7 +1,8 @@
 //! `GET /nodes/{node}/vzdump/extractconfig`: the guest configuration a backup archive holds,
 //! as Proxmox reads it back — `./etc/vzdump/pct.conf` from a file archive, the snapshot's
 //! `pct.conf.blob` from PBS (decrypted with the storage's key, which must be the one the
-//! snapshot was made with). What comes back is the archive's own: an archive someone
+//! snapshot was made with); a VM's archive answers its `qemu-server.conf` (in the VMA; on PBS
+//! `qemu-server.conf.blob`) the same way. What comes back is the archive's own: an archive someone
 //! replaced answers with the configuration of the guest it came from.
 
 use serde_json::json;

@@ -408,8 +408,9 @@ impl SimHandle {
             return Err(err("storage has no 'backup' content"));
         }
         let now = self.shared.clock.now();
-        let (volid, format, _) = crate::archive::archive_name(&st, storage, "zstd", vmid, &now)
-            .ok_or_else(|| err("no free archive name"))?;
+        let (volid, format, _) =
+            crate::archive::archive_name(&st, storage, "zstd", vmid, &now, false)
+                .ok_or_else(|| err("no free archive name"))?;
         let volume = crate::state::Volume {
             volid: volid.clone(),
             content: "backup".to_owned(),

@@ -89,6 +89,7 @@ mod tasks;
 mod tls;
 mod unpack;
 mod vzdump;
+mod vzdump_qemu;
 
 use serde::{Deserialize, Serialize};
 

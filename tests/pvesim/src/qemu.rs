@@ -68,6 +68,8 @@ pub(crate) struct Vm {
     pub(crate) agent_stopped: bool,
     /// The guest's filesystems are frozen (`guest-fsfreeze-freeze`).
     pub(crate) frozen: bool,
+    /// The freezes vzdump issued through the agent, each with its thaw (oldest first).
+    pub(crate) backup_freezes: Vec<crate::vzdump_qemu::BackupFreeze>,
     /// Processes the agent started and still remembers, by guest pid.
     pub(crate) processes: BTreeMap<u64, Process>,
     pub(crate) next_pid: u64,
@@ -87,6 +89,7 @@ impl Vm {
             files: FileTree::default(),
             agent_stopped: false,
             frozen: false,
+            backup_freezes: Vec::new(),
             processes: BTreeMap::new(),
             next_pid: 1000,
             cloudinit_drive: Conf::new(),

@@ -91,6 +91,23 @@ impl SimHandle {
         }
     }
 
+    /// How long each filesystem freeze that vzdump issued through VM `vmid`'s guest agent
+    /// lasted, until its thaw (oldest first; empty for none or an unknown VM).
+    pub fn vm_backup_freezes(&self, vmid: u32) -> Vec<std::time::Duration> {
+        self.shared
+            .state
+            .lock()
+            .vms
+            .get(&vmid)
+            .map(|vm| {
+                vm.backup_freezes
+                    .iter()
+                    .map(|f| f.thawed_at.duration_since(f.frozen_at))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Whether VM `vmid` runs.
     pub fn vm_running(&self, vmid: u32) -> Option<bool> {
         Some(self.shared.state.lock().vms.get(&vmid)?.running())

@@ -13,16 +13,16 @@ use crate::tasks::{self, TaskCtx};
 
 /// Everything the job needs, decided synchronously.
 #[derive(Debug, Clone)]
-struct Job {
-    vmids: Vec<u32>,
-    storage: String,
-    mode: String,
-    compress: String,
-    notes_template: Option<String>,
-    protected: bool,
-    prune: Option<String>,
-    lockwait_min: u64,
-    cmdline: String,
+pub(crate) struct Job {
+    pub(crate) vmids: Vec<u32>,
+    pub(crate) storage: String,
+    pub(crate) mode: String,
+    pub(crate) compress: String,
+    pub(crate) notes_template: Option<String>,
+    pub(crate) protected: bool,
+    pub(crate) prune: Option<String>,
+    pub(crate) lockwait_min: u64,
+    pub(crate) cmdline: String,
 }
 
 /// The synchronous part: parameter rules, permissions, then the task.
@@ -196,7 +196,11 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
                 job.storage
             ));
         }
-        for vmid in job.vmids.iter().filter(|id| st.guests.contains_key(id)) {
+        for vmid in job
+            .vmids
+            .iter()
+            .filter(|id| st.guests.contains_key(id) || st.vms.contains_key(id))
+        {
             let path = format!("/vms/{vmid}");
             if !st.access.has(&t.authid, &path, "VM.Backup") {
                 return Err(format!("Permission check failed ({path}, VM.Backup)"));
@@ -205,20 +209,30 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
     }
     let mut errors = 0;
     for vmid in &job.vmids {
-        if !shared.state.lock().guests.contains_key(vmid) {
+        let (ct, vm) = {
+            let st = shared.state.lock();
+            (st.guests.contains_key(vmid), st.vms.contains_key(vmid))
+        };
+        if !ct && !vm {
             errors += 1;
             t.log(format!(
                 "ERROR: Backup of VM {vmid} failed - unable to find VM '{vmid}'"
             ));
             continue;
         }
-        t.log(format!("INFO: Starting Backup of VM {vmid} (lxc)"));
+        let kind = if vm { "qemu" } else { "lxc" };
+        t.log(format!("INFO: Starting Backup of VM {vmid} ({kind})"));
         let started = shared.clock.now();
         t.log(format!(
             "INFO: Backup started at {}",
             started.strftime("%Y-%m-%d %H:%M:%S")
         ));
-        if let Err(msg) = backup_guest(t, job, *vmid, &started).await {
+        let result = if vm {
+            crate::vzdump_qemu::backup_vm(t, job, *vmid, &started).await
+        } else {
+            backup_guest(t, job, *vmid, &started).await
+        };
+        if let Err(msg) = result {
             errors += 1;
             t.log(format!("ERROR: Backup of VM {vmid} failed - {msg}"));
             t.log(format!(
@@ -365,6 +379,7 @@ async fn backup_locked(
         &job.compress,
         vmid,
         started,
+        false,
     )
     .ok_or_else(|| format!("unable to name an archive on storage '{}'", job.storage))?;
     match kind {
@@ -462,7 +477,7 @@ async fn backup_locked(
 }
 
 /// Applies the retention options to this guest's unprotected backups on the job's storage.
-fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
+pub(crate) fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
     let opts: BTreeMap<String, String> = parse_prop_string(&PRUNE, prune).unwrap_or_default();
     // keep-all turns removal off entirely (no prune line).
     if opts.get("keep-all").is_some_and(|v| v == "1") {

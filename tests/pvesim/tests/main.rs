@@ -20,6 +20,7 @@ mod node_load;
 mod pct_admin;
 mod pct_tar;
 mod qemu;
+mod qemu_vzdump;
 mod remote_storage;
 mod remote_store;
 mod restore;

@@ -194,6 +194,8 @@ pub struct GuestRef {
     pub guest_id: String,
     /// Its vmid.
     pub vmid: Vmid,
+    /// A container or a VM: whose config the backup tags (decision 0118).
+    pub kind: bosun_proto::desired::GuestKind,
 }
 
 /// How backups are taken.

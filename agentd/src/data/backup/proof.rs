@@ -30,6 +30,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_proto::desired::GuestKind;
 use bosun_proto::helper::{ArchiveName, DumpDir, HashArchive, Output, Request};
 use bosun_pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
 use futures::future::BoxFuture;
@@ -249,8 +250,8 @@ impl fmt::Debug for ArchiveProver {
 }
 
 /// The archive's file name in a `<storage>:backup/<file>` volid: whether `volid` names a
-/// file archive (`<storage>:backup/vzdump-lxc-…`); `None` for anything else (a PBS snapshot
-/// `<storage>:backup/ct/<vmid>/<time>`).
+/// file archive (`<storage>:backup/vzdump-lxc-…` or `vzdump-qemu-…`); `None` for anything
+/// else (a PBS snapshot `<storage>:backup/ct/<vmid>/<time>` or `vm/…`).
 pub fn archive_name(volid: &str) -> Option<ArchiveName> {
     let (_, rest) = volid.split_once(':')?;
     ArchiveName::new(rest.strip_prefix("backup/")?).ok()
@@ -298,6 +299,8 @@ impl ArchiveProver {
     ) -> Result<ArchiveProof, ProofError> {
         self.record_mac(guest_id, vmid).await;
         let volume = VolumeId::new(volid.to_owned()).map_err(ProofError::Volume)?;
+        // vzdump named the archive after the guest it backed up; the config inside must agree.
+        let kind = super::content::archive_kind(volid).ok_or(ContentError::UnknownKind)?;
         if let Some(name) = archive_name(volid) {
             let (sha256, size) = self.hash_file(&volume, &name).await?;
             return Ok(ArchiveProof::File { sha256, size });
@@ -323,7 +326,7 @@ impl ArchiveProver {
             retired_key: ring.retired_key(&fingerprint).map(|r| r.key.fingerprint()),
         };
         let readable = readable_volume(&volume, &verified);
-        super::content::check(&*self.ops, guest_id, &readable).await?;
+        super::content::check(&*self.ops, guest_id, kind, &readable).await?;
         Ok(ArchiveProof::Pbs {
             fingerprint,
             binding,
@@ -334,20 +337,41 @@ impl ArchiveProver {
     /// names its guest ([`super::content`]). A failure is logged: the backup's proof then
     /// finds the tag missing and the backup fails with the reason.
     pub async fn mark_guest(&self, guest_id: &str, vmid: Vmid) {
-        if let Err(reason) = super::content::mark(&*self.ops, guest_id, vmid).await {
-            tracing::warn!(guest_id, %vmid, reason = %error_chain(&reason), "could not tag the guest's config before its backup");
+        self.mark_guest_as(guest_id, vmid, GuestKind::Lxc).await;
+    }
+
+    /// [`Self::mark_guest`] for a guest of `kind` (a VM's config is read and written
+    /// through its own calls).
+    pub async fn mark_guest_as(&self, guest_id: &str, vmid: Vmid, kind: GuestKind) {
+        if let Err(reason) = super::content::mark(&*self.ops, guest_id, vmid, kind).await {
+            tracing::warn!(guest_id, %vmid, kind = kind.as_str(), reason = %error_chain(&reason), "could not tag the guest's config before its backup");
         }
     }
 
     /// Checks `item`, one of `guest_id`'s journaled archives, against the proof recorded
-    /// when it was written; `Err` says why it may not be restored.
+    /// when it was written, for a restore into a container (a VM's archive is refused);
+    /// `Err` says why it may not be restored.
     pub async fn check(
         &self,
         guest_id: &str,
         item: &ContentItem,
         proof: Option<&ArchiveProof>,
     ) -> Result<Verified, ProofError> {
+        self.check_as(guest_id, GuestKind::Lxc, item, proof).await
+    }
+
+    /// [`Self::check`] for a restore into a guest of `kind`: the archive must be a `kind`
+    /// guest's by its name (before anything else is read) and, on PBS, by the config inside
+    /// (decision 0118).
+    pub async fn check_as(
+        &self,
+        guest_id: &str,
+        kind: GuestKind,
+        item: &ContentItem,
+        proof: Option<&ArchiveProof>,
+    ) -> Result<Verified, ProofError> {
         let volume = VolumeId::new(item.volid.clone()).map_err(ProofError::Volume)?;
+        super::content::check_kind_by_name(&volume, kind)?;
         match proof {
             None => Err(ProofError::NoProof),
             Some(ArchiveProof::File { sha256, size }) => {
@@ -374,7 +398,7 @@ impl ArchiveProver {
                 }
                 let verified = self.check_bound(guest_id, item, fingerprint).await?;
                 let readable = readable_volume(&volume, &verified);
-                super::content::check(&*self.ops, guest_id, &readable).await?;
+                super::content::check(&*self.ops, guest_id, kind, &readable).await?;
                 Ok(verified)
             }
         }
@@ -387,11 +411,13 @@ impl ArchiveProver {
         guest_id: &str,
         item: &ContentItem,
     ) -> Result<Verified, ProofError> {
+        let volume = VolumeId::new(item.volid.clone()).map_err(ProofError::Volume)?;
+        // Host loss restores containers.
+        super::content::check_kind_by_name(&volume, GuestKind::Lxc)?;
         let encrypted = item.encrypted.as_deref().unwrap_or_default().to_owned();
         let verified = self.check_bound(guest_id, item, &encrypted).await?;
-        let volume = VolumeId::new(item.volid.clone()).map_err(ProofError::Volume)?;
         let readable = readable_volume(&volume, &verified);
-        super::content::check(&*self.ops, guest_id, &readable).await?;
+        super::content::check(&*self.ops, guest_id, GuestKind::Lxc, &readable).await?;
         Ok(verified)
     }
 

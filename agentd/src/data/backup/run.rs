@@ -41,7 +41,9 @@ impl BackupService {
         let key: RunKey = (guest.guest_id.clone(), tier.index);
         let started_at = self.inner.clock.now();
         if let Some(prover) = &self.inner.prover {
-            prover.mark_guest(&guest.guest_id, guest.vmid).await;
+            prover
+                .mark_guest_as(&guest.guest_id, guest.vmid, guest.kind)
+                .await;
         }
         let mut ending = self.run_steps(&guest, &op, request, &tier).await;
         let mut outcome = BackupOutcome {

@@ -111,6 +111,8 @@ impl<P: Pve> HostLossSearch<P> {
         Ok(desired
             .guests
             .iter()
+            // Host loss restores containers; a VM's archive is refused for one (0118).
+            .filter(|g| g.kind == bosun_proto::desired::GuestKind::Lxc)
             .map(|g| g.guest_id)
             .filter(|g| !known.contains(g) && !gone.contains(g))
             .collect())

@@ -1,5 +1,6 @@
 //! The self-restore-test (DESIGN §8): a backup nobody restored is a hope, so the agent
-//! restores each guest's newest backup into a scratch guest on the policy's cadence,
+//! restores each container's newest backup into a scratch container on the policy's cadence
+//! (VMs are not offered: a VM's archive is never restored into a container, decision 0118),
 //! starts it, checks it stays up, runs the guest's own restore check inside it (`check.rs`),
 //! and destroys it.
 //!
@@ -318,6 +319,9 @@ impl<P: Pve + 'static> RestoreTester<P> {
             .guests
             .iter()
             .filter(|g| ours.contains(&g.guest_id.to_string()))
+            // The tester restores into a scratch container; a VM's archive is refused for
+            // one (decision 0118), so VMs are not offered to it.
+            .filter(|g| g.kind == bosun_proto::desired::GuestKind::Lxc)
             .filter_map(|g| {
                 let last = tests
                     .iter()

@@ -180,7 +180,15 @@ impl FileTiers {
                 // Written before proofs were recorded: nothing to compare with.
                 continue;
             }
-            match self.prover.check(guest_id, item, good.proof.as_ref()).await {
+            // An integrity check, not a restore: the archive is checked as the kind its name
+            // says (the config inside must agree on PBS).
+            let kind = crate::data::backup::content::archive_kind(&item.volid)
+                .unwrap_or(bosun_proto::desired::GuestKind::Lxc);
+            match self
+                .prover
+                .check_as(guest_id, kind, item, good.proof.as_ref())
+                .await
+            {
                 Ok(_) => matched += 1,
                 Err(reason @ ProofError::BytesChanged { .. }) => {
                     return Err(FileVerifyError::Damaged {

@@ -56,6 +56,8 @@ impl Caller {
         GuestRef {
             guest_id: self.guest_id.clone(),
             vmid: self.vmid,
+            // The local API serves containers' controllers.
+            kind: bosun_proto::desired::GuestKind::Lxc,
         }
     }
 

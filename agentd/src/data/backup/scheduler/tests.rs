@@ -1,10 +1,11 @@
 use std::collections::BTreeMap;
 
+use bosun_proto::desired::GuestKind;
 use bosun_proto::desired::{
     BackupPolicy, CustomerIdentity, DesiredState, GoldenArchive, GuestResources, GuestSpec, Power,
     RestoreTestPolicy,
 };
-use bosun_pve::CtSummary;
+use bosun_pve::{CtSummary, VmSummary};
 use jiff::tz::TimeZone;
 use uuid::Uuid;
 
@@ -250,12 +251,41 @@ fn only_desired_running_guests_of_this_agent_that_run_now_are_backed_up() {
         ct(103, "running"),
         ct(104, "running"),
     ];
-    let guests = running_guests(&state, &vmids, &cts);
+    let guests = running_guests(&state, &vmids, &cts, &[]);
     assert_eq!(
         guests,
         vec![GuestRef {
             guest_id: Uuid::from_u128(1).to_string(),
             vmid: bosun_pve::Vmid::new(101).unwrap(),
+            kind: GuestKind::Lxc,
+        }]
+    );
+}
+
+fn vm(vmid: u32, status: &str) -> VmSummary {
+    serde_json::from_value(serde_json::json!({"vmid": vmid, "status": status})).unwrap()
+}
+
+#[test]
+fn a_vm_is_backed_up_when_it_runs_as_a_vm_and_a_container_only_as_a_container() {
+    let vm_spec = |n| GuestSpec {
+        kind: GuestKind::Qemu,
+        ..spec(n, Power::Running)
+    };
+    let state = desired(vec![vm_spec(1), vm_spec(2), spec(3, Power::Running)]);
+    let vmids: BTreeMap<String, u32> = [(1, 201), (2, 202), (3, 203)]
+        .into_iter()
+        .map(|(n, vmid)| (Uuid::from_u128(n).to_string(), vmid))
+        .collect();
+    // 202 runs as a container, 203 as a VM: neither is the guest the state names.
+    let cts = [ct(202, "running")];
+    let vms = [vm(201, "running"), vm(203, "running")];
+    assert_eq!(
+        running_guests(&state, &vmids, &cts, &vms),
+        vec![GuestRef {
+            guest_id: Uuid::from_u128(1).to_string(),
+            vmid: bosun_pve::Vmid::new(201).unwrap(),
+            kind: GuestKind::Qemu,
         }]
     );
 }
