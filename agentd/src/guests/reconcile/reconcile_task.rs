@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::GuestResources;
+use bosun_proto::desired::{GuestKind, GuestResources};
 use bosun_proto::report::{GuestReport, GuestStatus};
 use bosun_pve::Pve;
 use tokio::sync::{Notify, watch};
@@ -564,6 +564,13 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         // orphan), since a report names each vmid once.
         let lost_vmids: std::collections::BTreeSet<u32> =
             observed.lost.iter().map(|l| l.vmid).collect();
+        // Nothing is observed of a lost or migrated guest here: its kind is the one its desired
+        // state gives (a guest is never converted from one kind to the other).
+        let desired_kind = |guest_id: uuid::Uuid| {
+            snapshot
+                .and_then(|s| s.state.guests.iter().find(|g| g.guest_id == guest_id))
+                .map_or(GuestKind::Lxc, |g| g.kind)
+        };
         let lost = observed
             .lost
             .iter()
@@ -577,6 +584,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             .map(|(guest_id, vmid, status)| GuestReport {
                 guest_id: Some(guest_id),
                 vmid,
+                kind: desired_kind(guest_id),
                 hostname: String::new(),
                 status,
                 resources: None,
@@ -617,6 +625,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 GuestReport {
                     guest_id: o.guest_id,
                     vmid: o.vmid,
+                    kind: GuestKind::Lxc,
                     hostname: o.hostname.clone().unwrap_or_default(),
                     status,
                     resources,
@@ -630,6 +639,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 GuestReport {
                     guest_id: Some(v.guest_id),
                     vmid: v.vmid,
+                    kind: GuestKind::Qemu,
                     hostname: snapshot
                         .and_then(|s| s.state.guests.iter().find(|g| g.guest_id == v.guest_id))
                         .map(|g| g.hostname.clone())
@@ -690,6 +700,7 @@ fn provisioning_reporter(
             s.guests.push(GuestReport {
                 guest_id: Some(spec.guest_id),
                 vmid,
+                kind: spec.kind,
                 hostname: spec.hostname.clone(),
                 status: GuestStatus::Provisioning,
                 resources: None,
