@@ -96,6 +96,20 @@ fn each_guest_line_says_its_kind_as_reported_else_as_desired() {
     };
     assert_eq!(line("alpha"), "guest alpha vmid 100 qemu desired running");
     assert_eq!(line("bravo"), "guest bravo vmid 101 lxc undesired orphaned");
+    // `hosts show` says the same, one field a guest.
+    assert_eq!(
+        guest_fields(&detail),
+        [
+            (
+                "guest",
+                "alpha (vmid 100): qemu, desired, running".to_owned()
+            ),
+            (
+                "guest",
+                "bravo (vmid 101): lxc, undesired, orphaned".to_owned()
+            ),
+        ]
+    );
     // A VM desired but not built yet is a VM already.
     detail.last_report.as_mut().unwrap().guests.clear();
     detail.desired.as_mut().unwrap().guests[0].kind = GuestKind::Qemu;
