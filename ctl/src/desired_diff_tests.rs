@@ -25,6 +25,7 @@ fn observed(doc: &DesiredState) -> GuestReport {
     GuestReport {
         guest_id: Some(spec.guest_id),
         vmid: 101,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: spec.hostname.clone(),
         status: GuestStatus::Running,
         resources: Some(spec.resources),

@@ -489,6 +489,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             ),
         ));
     }
+    fields.extend(crate::status::guest_fields(host));
     if let Some(report) = &host.last_report {
         let running = report
             .guests

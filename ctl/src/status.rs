@@ -13,6 +13,7 @@ pub mod sync;
 pub(crate) mod verify;
 
 use bosun_proto::admin::{Alert, HostDetail, HostSummary, OpenAlert};
+use bosun_proto::desired::GuestKind;
 use bosun_proto::host_view::{self, HostView, guest_name};
 use bosun_proto::report::GuestStatus;
 use clap::Args;
@@ -56,6 +57,8 @@ pub struct GuestLine {
     pub vmid: Option<u32>,
     /// Its hostname.
     pub hostname: String,
+    /// Its kind ([`host_view::guest_kind`]): `lxc` or `qemu`.
+    pub kind: GuestKind,
     /// Whether desired state lists it.
     pub desired: bool,
     /// What the agent last reported (`absent` when not reported).
@@ -104,6 +107,7 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
             guest_id: Some(g.guest_id),
             vmid: None,
             hostname: guest_name(host, g.guest_id),
+            kind: host_view::guest_kind(host, g.guest_id),
             desired: true,
             observed: "absent".to_owned(),
             addresses: Vec::new(),
@@ -126,6 +130,7 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
                 hostname: reported
                     .guest_id
                     .map_or_else(|| reported.hostname.clone(), |id| guest_name(host, id)),
+                kind: reported.kind,
                 desired: false,
                 observed,
                 addresses: reported.addresses.clone(),
@@ -133,6 +138,25 @@ pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
         }
     }
     lines
+}
+
+/// `hosts show`'s `guest` fields, one a guest as [`guest_lines`] merges them: its name, vmid,
+/// kind, whether desired state lists it and what the agent observes.
+pub fn guest_fields(host: &HostDetail) -> Vec<(&'static str, String)> {
+    guest_lines(host)
+        .into_iter()
+        .map(|g| {
+            let vmid = g.vmid.map_or_else(|| "-".to_owned(), |v| v.to_string());
+            let desired = if g.desired { "desired" } else { "undesired" };
+            (
+                "guest",
+                format!(
+                    "{} (vmid {vmid}): {}, {desired}, {}",
+                    g.hostname, g.kind, g.observed
+                ),
+            )
+        })
+        .collect()
 }
 
 pub(crate) fn status_name(status: GuestStatus) -> &'static str {
@@ -244,9 +268,10 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
                 format!("  address {}", g.addresses.join(", "))
             };
             out.push(format!(
-                "  guest {:<12} vmid {:<5} {:<8} {}{address}",
+                "  guest {:<12} vmid {:<5} {:<4} {:<8} {}{address}",
                 g.hostname,
                 g.vmid.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+                g.kind.as_str(),
                 if g.desired { "desired" } else { "undesired" },
                 g.observed,
             ));

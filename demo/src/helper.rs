@@ -155,14 +155,16 @@ pub async fn start(
     // builds there, and the helper hashes them by the path vzdump's log names.
     let dump_root = golden_storage(sim).await?.join("dump");
     dir_0755(&dump_root)?;
-    let golden_file = sim.golden_file();
-    let name = golden_file
-        .file_name()
-        .ok_or_else(|| DemoError::Check(format!("no file name in {}", golden_file.display())))?;
-    let dumped = dump_root.join(name);
-    std::fs::copy(&golden_file, &dumped).map_err(artifact(&dumped))?;
-    std::fs::set_permissions(&dumped, std::fs::Permissions::from_mode(0o644))
-        .map_err(artifact(&dumped))?;
+    // The VM golden base beside it, when the node holds one.
+    for golden_file in std::iter::once(sim.golden_file()).chain(sim.vm_golden_file()) {
+        let name = golden_file.file_name().ok_or_else(|| {
+            DemoError::Check(format!("no file name in {}", golden_file.display()))
+        })?;
+        let dumped = dump_root.join(name);
+        std::fs::copy(&golden_file, &dumped).map_err(artifact(&dumped))?;
+        std::fs::set_permissions(&dumped, std::fs::Permissions::from_mode(0o644))
+            .map_err(artifact(&dumped))?;
+    }
     // The agent's A/B slots (decision 0018): slot a holds this build's agent, `current`
     // names it; the agent downloads an update into its own state directory.
     let slots = prefix.join("slots");

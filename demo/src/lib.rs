@@ -39,6 +39,7 @@ mod narrate;
 mod new_box;
 mod old_box;
 mod operator_view;
+mod pve_access;
 mod pve_walk;
 mod recovery;
 mod restore_check;
@@ -50,6 +51,7 @@ mod stack;
 mod tunnel;
 pub mod unit;
 mod verify;
+mod vm_guest;
 mod zero_knowledge;
 
 use std::path::PathBuf;

@@ -91,6 +91,10 @@ pub struct Outcome {
     /// A fair share for every guest: the shop's shares as Proxmox stores them, a loosening
     /// held at the plan's ceilings.
     pub share: Option<super::fair_share::ShareOutcome>,
+    /// The node's access: `pve setup` finding nothing to change, `pve check` passing.
+    pub pve_access: Option<super::pve_access::PveAccessOutcome>,
+    /// A VM beside the containers: restored from the base signed for a VM, shown as `qemu`.
+    pub vm: Option<super::vm_guest::VmOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
@@ -517,6 +521,8 @@ pub async fn run(
     let order = n.step("guests come up in an order: a customer's shop of three guests, web on app on db, each naming what it provides and requires; the agent restores and starts db, then app, then web, and sets each one's place in Proxmox's startup order; bosunctl explain --order shows what waits on what; a hub's cycle is refused with its reason and starves no guest, then the operator's order is put back", async |n| super::boot_order::ordered_bring_up(n, children, &client, (bins, out), &sim, host_id).await).await?;
     outcome.share = Some(n.step("a fair share for every guest: the operator signs bounds into the plan (guest_share) and desired state gives the shop's guests share classes, stored by Proxmox as cpuunits, cpulimit and net0's rate=; a hub that loosens a class past the plan, unsigned, gets the plan's ceilings, refused in the report and the audit trail", async |n| super::fair_share::fair_share(n, children, &client, (bins, out), &sim, (host_id, &order)).await).await?);
     outcome.order = Some(order);
+    outcome.pve_access = Some(n.step("the node's access, as an operator sets it up: bosunctl pve setup with an administrator's token given for the run finds the roles, user, token, pool and ACLs the agent has used all along and changes nothing; bosunctl pve check passes on the agent's token, the guest agent's reach held on pool bosun and on no other path", async |n| super::pve_access::setup_and_check(n, (bins, out), &sim).await).await?);
+    outcome.vm = Some(n.step("a virtual machine beside the containers: the operator signs the node's VM golden base for a VM (golden sign --kind qemu) and desired state adds guest vm-shop of kind qemu; the agent hashes the base through its helper, restores it into Bosun's pool with its own identity through cloud-init, starts it and writes its bootstrap through the guest agent; bosunctl status shows it running as qemu beside the containers (lxc)", async |n| super::vm_guest::vm_beside_containers(n, children, &client, (bins, out), &sim, host_id).await).await?);
     let kept = super::settle::Kept {
         client,
         sim,

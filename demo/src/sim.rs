@@ -27,6 +27,12 @@ pub struct SimEndpoint {
     pub golden_volid: String,
     /// SHA-256 of its bytes (its file is `<data>/dump/<name>`).
     pub golden_sha256: String,
+    /// The seeded VM golden archive (`vzdump-qemu-…vma.zst`, config `vm_golden`).
+    #[serde(default)]
+    pub vm_golden_volid: Option<String>,
+    /// SHA-256 of its bytes (its file beside the container's).
+    #[serde(default)]
+    pub vm_golden_sha256: Option<String>,
     /// `https://127.0.0.1:PORT/_sim`.
     pub admin_url: String,
     /// Bearer token of the admin endpoint.
@@ -48,6 +54,16 @@ impl SimEndpoint {
             .join("dump")
             .join(self.golden_volid.rsplit('/').next().unwrap_or_default())
     }
+
+    /// The file of the seeded VM golden archive, when the node holds one.
+    pub fn vm_golden_file(&self) -> Option<PathBuf> {
+        let volid = self.vm_golden_volid.as_deref()?;
+        Some(
+            self.data
+                .join("dump")
+                .join(volid.rsplit('/').next().unwrap_or_default()),
+        )
+    }
 }
 
 /// The simulator's tokens.
@@ -55,6 +71,8 @@ impl SimEndpoint {
 pub struct SimTokens {
     /// The privilege-separated `BosunAgent` token.
     pub agent: SimToken,
+    /// `root@pam!bosun-sim`: the administrator's token `pve setup` runs with.
+    pub root: SimToken,
 }
 
 /// One API token.
@@ -122,8 +140,11 @@ pub async fn start_sim(
     write(
         &config,
         &format!(
-            "time_scale = {time_scale}\nauth_failure_delay = 3000\narchive_files = true\narchive_dir = {:?}\n",
-            archives.display().to_string()
+            "time_scale = {time_scale}\nauth_failure_delay = 3000\narchive_files = true\narchive_dir = {:?}\nvm_golden = {}\n",
+            archives.display().to_string(),
+            // The main walk's node also holds a VM golden base (its VM step); the host-loss
+            // walk's boxes hold none.
+            site == Site::ONLY
         ),
     )?;
     let data_arg = data.display().to_string();

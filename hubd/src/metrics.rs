@@ -20,10 +20,12 @@
 //! | `bosun_hub_host_usage_raised` | `host`, `resource` | 1 while the agent holds that gauge raised (its thresholds and hysteresis) |
 //! | `bosun_hub_smart_failing` | `host` | watched disks whose SMART reading is failing or missing (hosts that report health) |
 //! | `bosun_hub_tunnel_up` | `host` | 1 while the host's tunnel is ready, 0 while not (hosts that watch one) |
+//! | `bosun_hub_guests` | `host`, `kind`, `status` | the guests of the host's last report of each kind (`lxc`, `qemu`) and status (`running`, `stopped`, `lost`, …) |
 //! | `bosun_hub_host_health` | `host` | the hub's health roll-up of the host ([`crate::health`]): 0 ok, 1 warning, 2 critical — the level `bosunctl status --check` exits with |
 //!
 //! Per-host series exist for active hosts only, so their number is bounded by the enrolled
-//! hosts (and, for `target`, by the targets each reports). The `process_*` families and
+//! hosts (and, for `target`, by the targets each reports; for `kind` and `status`, by the two
+//! kinds and the report's statuses). The `process_*` families and
 //! `bosun_hub_build_info` come from [`bosun_metrics`].
 
 use std::collections::BTreeMap;
@@ -31,6 +33,7 @@ use std::sync::atomic::AtomicU64;
 
 use bosun_metrics::{Format, ProcessCollector};
 use bosun_proto::admin::{AlertKind, EscrowState, HostDetail, HostStatus, Liveness};
+use bosun_proto::desired::GuestKind;
 use jiff::Timestamp;
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -138,6 +141,14 @@ struct ResourceLabels {
     resource: String,
 }
 
+/// A per-host count of guests of one kind in one status.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GuestLabels {
+    host: String,
+    kind: String,
+    status: String,
+}
+
 /// The per-host gauges, cleared and refilled at each scrape.
 #[derive(Debug, Default)]
 struct FleetGauges {
@@ -154,6 +165,7 @@ struct FleetGauges {
     smart_failing: Family<HostLabels, Gauge>,
     tunnel_up: Family<HostLabels, Gauge>,
     health: Family<HostLabels, Gauge>,
+    guests: Family<GuestLabels, Gauge>,
 }
 
 /// The hub's metrics.
@@ -278,6 +290,11 @@ impl Metrics {
             fleet.tunnel_up.clone(),
         );
         registry.register(
+            "guests",
+            "The guests of the host's last report, by kind (lxc, qemu) and status",
+            fleet.guests.clone(),
+        );
+        registry.register(
             "host_health",
             "The hub's health roll-up of the host: 0 ok, 1 warning, 2 critical (acknowledged alerts count as warnings at most, silenced ones not at all)",
             fleet.health.clone(),
@@ -363,6 +380,7 @@ impl Metrics {
         gauges.smart_failing.clear();
         gauges.tunnel_up.clear();
         gauges.health.clear();
+        gauges.guests.clear();
         for detail in fleet
             .iter()
             .filter(|d| d.summary.status == HostStatus::Active)
@@ -421,12 +439,26 @@ impl Metrics {
         }
     }
 
-    /// The host-health gauges of one host, from its last report.
+    /// The guest and host-health gauges of one host, from its last report.
     fn fill_health(&self, host: &HostLabels, detail: &HostDetail) {
         let gauges = &self.fleet;
         let Some(report) = &detail.last_report else {
             return;
         };
+        let mut guests: BTreeMap<(GuestKind, &'static str), usize> = BTreeMap::new();
+        for guest in &report.guests {
+            *guests
+                .entry((guest.kind, guest.status.as_str()))
+                .or_default() += 1;
+        }
+        for ((kind, status), n) in guests {
+            let labels = GuestLabels {
+                host: host.host.clone(),
+                kind: kind.as_str().to_owned(),
+                status: status.to_owned(),
+            };
+            gauges.guests.get_or_create(&labels).set(count(n));
+        }
         if let Some(health) = &report.host_health {
             for (resource, gauge) in [
                 ("cpu", &health.cpu),

@@ -32,6 +32,7 @@ fn with_media(seq: u64, signed: Option<&str>) -> StateReport {
         guests: vec![GuestReport {
             guest_id: Some(GUEST),
             vmid: 101,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: "web1".into(),
             status: GuestStatus::Running,
             resources: None,

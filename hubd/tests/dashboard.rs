@@ -494,6 +494,7 @@ async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_ban
         guests: vec![GuestReport {
             guest_id: Some(uuid::Uuid::new_v4()),
             vmid: 120,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: "shop".into(),
             status: GuestStatus::Broken,
             resources: None,
@@ -641,6 +642,7 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
         guests: vec![GuestReport {
             guest_id: Some(guest),
             vmid: 666,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: HOSTILE_GUEST.into(),
             status: GuestStatus::Running,
             resources: None,
@@ -960,6 +962,7 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
         guests: vec![GuestReport {
             guest_id: Some(app.guest_id),
             vmid: 101,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: app.hostname.clone(),
             status: GuestStatus::Running,
             resources: Some(bosun_proto::desired::GuestResources {

@@ -33,6 +33,7 @@ fn hostile_report(now: jiff::Timestamp, names: &str, words: &str) -> StateReport
         guests: vec![GuestReport {
             guest_id: Some(guest),
             vmid: 101,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: names.into(),
             status: GuestStatus::Running,
             resources: None,

@@ -59,6 +59,7 @@ fn guest(doc: &Value, status: GuestStatus) -> GuestReport {
     GuestReport {
         guest_id: Some(spec["guest_id"].as_str().unwrap().parse().unwrap()),
         vmid: 101,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: spec["hostname"].as_str().unwrap().into(),
         status,
         resources: Some(serde_json::from_value(spec["resources"].clone()).unwrap()),

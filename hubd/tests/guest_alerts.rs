@@ -24,6 +24,7 @@ fn guest(guest_id: Option<Uuid>, vmid: u32, hostname: &str, status: GuestStatus)
     GuestReport {
         guest_id,
         vmid,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: hostname.into(),
         status,
         resources: None,

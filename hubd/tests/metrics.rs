@@ -1,7 +1,8 @@
 //! `/metrics` of a real hub: content negotiation between OpenMetrics and the text format
 //! 0.0.4, both checked by `promtool check metrics`, and the per-host gauges (last-seen age,
-//! generation lag, overdue, backup age and failures, failing restore tests, missing escrow)
-//! after real enrollments, a desired state and a poll carrying a report.
+//! generation lag, overdue, backup age and failures, failing restore tests, missing escrow,
+//! guests by kind and status) after real enrollments, a desired state and a poll carrying a
+//! report.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use crate::common;
@@ -10,9 +11,10 @@ mod promtool;
 
 use std::time::Duration;
 
-use bosun_proto::desired::Retention;
+use bosun_proto::desired::{GuestKind, Retention};
 use bosun_proto::report::{
-    BackupReport, RestoreTestOutcome, RestoreTestReport, StateReport, TierReport,
+    BackupReport, GuestReport, GuestStatus, RestoreTestOutcome, RestoreTestReport, StateReport,
+    TierReport,
 };
 use common::{TestHub, desired, poll_with, report};
 use jiff::{SignedDuration, Timestamp};
@@ -43,7 +45,8 @@ fn ago(seconds: i64) -> Timestamp {
     Timestamp::now() - SignedDuration::from_secs(seconds)
 }
 
-/// A report of two guests backing up to `local` and a PBS tier, with a failed restore test
+/// A report of five guests (three VMs, one of them lost; a container and an orphaned one),
+/// two of them backing up to `local` and a PBS tier, with a failed restore test
 /// and the host's PBS key (the hub holds no escrow of it).
 fn busy_report(g1: Uuid, g2: Uuid) -> StateReport {
     let backup = |guest_id, finished_at, ok, last_ok_at| BackupReport {
@@ -60,7 +63,35 @@ fn busy_report(g1: Uuid, g2: Uuid) -> StateReport {
         error: (!ok).then(|| "vzdump failed".to_owned()),
         last_ok_at,
     };
+    let guest = |guest_id, vmid, kind, status| GuestReport {
+        guest_id,
+        vmid,
+        kind,
+        hostname: format!("guest-{vmid}"),
+        status,
+        resources: None,
+        controller_digest: None,
+        controller_expected: None,
+        addresses: Vec::new(),
+    };
     StateReport {
+        guests: vec![
+            guest(Some(g1), 101, GuestKind::Lxc, GuestStatus::Running),
+            guest(Some(g2), 102, GuestKind::Qemu, GuestStatus::Running),
+            guest(
+                Some(Uuid::new_v4()),
+                103,
+                GuestKind::Qemu,
+                GuestStatus::Running,
+            ),
+            guest(
+                Some(Uuid::new_v4()),
+                104,
+                GuestKind::Qemu,
+                GuestStatus::Lost,
+            ),
+            guest(None, 150, GuestKind::Lxc, GuestStatus::Orphaned),
+        ],
         last_backups: vec![
             backup(g1, ago(3600), true, Some(ago(3600))),
             backup(g2, ago(60), false, Some(ago(7200))),
@@ -178,6 +209,24 @@ async fn prometheus_gets_openmetrics_and_everyone_else_the_text_format_both_lint
     assert_eq!(value(&host("bosun_hub_restore_tests_failing", alpha)), 1.0);
     assert_eq!(value(&host("bosun_hub_escrow_missing", alpha)), 1.0);
     assert_eq!(value(&host("bosun_hub_escrow_missing", beta)), 0.0);
+    // The guests by kind and status; none of a kind or status the report does not hold, and
+    // none for a host without a report.
+    let guests = |kind: &str, status: &str| {
+        promtool::sample(
+            &text,
+            &format!("bosun_hub_guests{{host=\"{alpha}\",kind=\"{kind}\",status=\"{status}\"}}"),
+        )
+    };
+    assert_eq!(guests("qemu", "running"), Some(2.0), "{text}");
+    assert_eq!(guests("qemu", "lost"), Some(1.0), "{text}");
+    assert_eq!(guests("lxc", "running"), Some(1.0), "{text}");
+    assert_eq!(guests("lxc", "orphaned"), Some(1.0), "{text}");
+    assert_eq!(guests("lxc", "lost"), None, "{text}");
+    assert_eq!(text.matches("bosun_hub_guests{").count(), 4, "{text}");
+    assert!(
+        !text.contains(&format!("bosun_hub_guests{{host=\"{beta}\"")),
+        "{text}"
+    );
     assert_eq!(
         value(&format!(
             "bosun_hub_host_info{{host=\"{alpha}\",hostname=\"alpha\",agent_version=\"0.1.0\"}}"

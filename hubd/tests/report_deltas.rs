@@ -16,6 +16,7 @@ fn guest(vmid: u32, status: GuestStatus) -> GuestReport {
     GuestReport {
         guest_id: Some(Uuid::from_u128(u128::from(vmid))),
         vmid,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: format!("g{vmid}"),
         status,
         resources: None,

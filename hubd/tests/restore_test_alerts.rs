@@ -52,6 +52,7 @@ fn base(seq: u64, vmid: u32, status: GuestStatus) -> StateReport {
         guests: vec![GuestReport {
             guest_id: Some(GUEST),
             vmid,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: "acme-app".into(),
             status,
             resources: None,

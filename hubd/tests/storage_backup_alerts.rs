@@ -51,6 +51,7 @@ fn base(seq: u64) -> StateReport {
         guests: vec![GuestReport {
             guest_id: Some(GUEST),
             vmid: 101,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: "web1".into(),
             status: GuestStatus::Running,
             resources: None,

@@ -10,6 +10,7 @@ fn guest(vmid: u32, status: GuestStatus) -> GuestReport {
     GuestReport {
         guest_id: Some(Uuid::from_u128(u128::from(vmid))),
         vmid,
+        kind: crate::desired::GuestKind::Lxc,
         hostname: format!("g{vmid}"),
         status,
         resources: None,

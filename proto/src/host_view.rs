@@ -1,6 +1,7 @@
 //! What every view of a host says of it, computed once: whether it is in sync with its desired
 //! state ([`SyncView`]), each restore test's verdict ([`RestoreVerdict`]), the targets its
-//! signed data plan names ([`plan_targets`]), how a guest is named ([`guest_name`]), the
+//! signed data plan names ([`plan_targets`]), how a guest is named ([`guest_name`]) and what
+//! kind it is ([`guest_kind`]), the
 //! host's state in one word ([`state_word`]) and whether it lacks an address pool
 //! ([`address_pool_warning`]). `bosunctl status`, `bosunctl hosts show`, their
 //! JSON ([`HostView`]) and the hub's dashboard call these functions and nothing else for them,
@@ -10,6 +11,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::admin::{HostDetail, HostStatus, HostSummary, Liveness};
+use crate::desired::GuestKind;
 use crate::report::{RestoreTestOutcome, RestoreTestReport, StateReport};
 use crate::rollup::HealthLevel;
 use crate::verify::VerifyOutcome;
@@ -252,6 +254,25 @@ pub fn guest_name(host: &HostDetail, guest_id: Uuid) -> String {
         .chain(desired)
         .find(|name| !name.trim().is_empty())
         .map_or_else(|| guest_id.to_string(), str::to_owned)
+}
+
+/// What kind every view says guest `guest_id` of `host` is: the kind its last report observes,
+/// else the one desired state asks for (a guest not built yet), else a container.
+pub fn guest_kind(host: &HostDetail, guest_id: Uuid) -> GuestKind {
+    let reported = host
+        .last_report
+        .iter()
+        .flat_map(|r| &r.guests)
+        .find(|g| g.guest_id == Some(guest_id))
+        .map(|g| g.kind);
+    let desired = || {
+        host.desired
+            .iter()
+            .flat_map(|d| &d.guests)
+            .find(|g| g.guest_id == guest_id)
+            .map(|g| g.kind)
+    };
+    reported.or_else(desired).unwrap_or_default()
 }
 
 /// The host's state in one word and the level it stands for: `revoked` and `pending

@@ -152,3 +152,33 @@ fn a_host_without_an_address_pool_is_warned_of_and_one_that_does_not_say_is_not(
     without.capabilities.as_mut().unwrap().address_pool = Some(true);
     assert_eq!(address_pool_warning(&without), None);
 }
+
+#[test]
+fn a_guests_kind_is_what_its_host_reports_else_what_desired_state_asks() {
+    let guest: Uuid = GUEST.parse().unwrap();
+    let mut desired: Value =
+        serde_json::from_str(include_str!("../../docs/proto/desired.json")).unwrap();
+    desired["guests"][0]["kind"] = "qemu".into();
+    let desired: crate::desired::DesiredState = serde_json::from_value(desired).unwrap();
+
+    // Reported as a container, with no desired state: a container.
+    let mut seen = host(json!({}));
+    assert_eq!(guest_kind(&seen, guest), GuestKind::Lxc);
+    // Reported as a VM.
+    let mut report = seen.last_report.take().unwrap();
+    report.guests[0].kind = GuestKind::Qemu;
+    seen.last_report = Some(report.clone());
+    assert_eq!(guest_kind(&seen, guest), GuestKind::Qemu);
+    // Not reported yet: what desired state asks for.
+    report.guests.retain(|g| g.guest_id != Some(guest));
+    seen.last_report = Some(report.clone());
+    assert_eq!(guest_kind(&seen, guest), GuestKind::Lxc);
+    seen.desired = Some(desired.clone());
+    assert_eq!(guest_kind(&seen, guest), GuestKind::Qemu);
+    // Reported: what the host observes wins over what desired state says.
+    let mut container = host(json!({}));
+    container.desired = Some(desired);
+    assert_eq!(guest_kind(&container, guest), GuestKind::Lxc);
+    // Unknown to both: a container.
+    assert_eq!(guest_kind(&seen, Uuid::nil()), GuestKind::Lxc);
+}

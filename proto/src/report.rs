@@ -10,7 +10,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::desired::{BulkBackup, GuestResources, PlacementRefusal, Retention, StorageClass};
+use crate::desired::{
+    BulkBackup, GuestKind, GuestResources, PlacementRefusal, Retention, StorageClass,
+};
 use crate::health::HostHealth;
 use crate::validate::{self, ValidationError};
 
@@ -262,6 +264,11 @@ pub struct GuestReport {
     pub guest_id: Option<Uuid>,
     /// Proxmox VMID.
     pub vmid: u32,
+    /// The guest's kind: `lxc` (absent: every report written before VMs, and a container's
+    /// today) or `qemu`, as the agent observes it (a lost guest's, as its desired state gives
+    /// it).
+    #[serde(default, skip_serializing_if = "GuestKind::is_lxc")]
+    pub kind: GuestKind,
     /// Guest hostname.
     #[serde(default)]
     pub hostname: String,
@@ -318,6 +325,22 @@ pub enum GuestStatus {
     /// Anything this hub version does not know.
     #[serde(other)]
     Unknown,
+}
+
+impl GuestStatus {
+    /// The name as written in reports (`running`, `lost`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+            Self::Provisioning => "provisioning",
+            Self::Orphaned => "orphaned",
+            Self::Broken => "broken",
+            Self::Lost => "lost",
+            Self::Migrated => "migrated",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 /// Health of the tunnel service (`cloudflared`, its readiness endpoint).

@@ -508,6 +508,35 @@ fn reports_tolerate_unknown_fields_and_values() {
 }
 
 #[test]
+fn a_reported_guest_says_its_kind_and_a_containers_report_reads_as_before() {
+    use crate::desired::GuestKind;
+    let before: serde_json::Value = serde_json::from_str(example!("report.json")).unwrap();
+    // A report written before VMs names no kind: its guests are containers, and the report
+    // serializes as it was written.
+    let report: StateReport = serde_json::from_value(before.clone()).unwrap();
+    assert!(report.guests.iter().all(|g| g.kind == GuestKind::Lxc));
+    let again = serde_json::to_value(&report).unwrap();
+    assert!(
+        again["guests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g.get("kind").is_none()),
+        "{again}"
+    );
+    // A VM's kind is written and read back.
+    let mut value = before;
+    value["guests"][0]["kind"] = "qemu".into();
+    let report: StateReport = serde_json::from_value(value).unwrap();
+    report.validate().unwrap();
+    assert_eq!(report.guests[0].kind, GuestKind::Qemu);
+    assert_eq!(report.guests[1].kind, GuestKind::Lxc);
+    let again = serde_json::to_value(&report).unwrap();
+    assert_eq!(again["guests"][0]["kind"], "qemu");
+    assert!(again["guests"][1].get("kind").is_none(), "{again}");
+}
+
+#[test]
 fn poll_answers_keep_their_bounds() {
     let response = example!("poll-response.json");
     let check = |edit: fn(&mut serde_json::Value)| edited(response, edit, PollResponse::validate);
@@ -991,5 +1020,25 @@ fn the_docs_json_blocks_parse_as_what_they_show() {
                 "{text}"
             );
         }
+    }
+}
+
+#[test]
+fn a_guest_status_is_named_as_reports_write_it() {
+    use crate::report::GuestStatus;
+    for status in [
+        GuestStatus::Running,
+        GuestStatus::Stopped,
+        GuestStatus::Provisioning,
+        GuestStatus::Orphaned,
+        GuestStatus::Broken,
+        GuestStatus::Lost,
+        GuestStatus::Migrated,
+        GuestStatus::Unknown,
+    ] {
+        assert_eq!(
+            serde_json::to_value(status).unwrap(),
+            serde_json::Value::from(status.as_str())
+        );
     }
 }

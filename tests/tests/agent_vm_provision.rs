@@ -3,7 +3,8 @@
 //! simulator's request log counting what reached Proxmox. A VM comes only from a golden
 //! archive an operator signed **for a VM**; it is restored into Bosun's pool with its own
 //! identity through cloud-init (never the archive's), its firewall and `ipfilter` on, and its
-//! `bootstrap.json` written through the guest agent into that VM alone.
+//! `bootstrap.json` written through the guest agent into that VM alone; the operator sees it
+//! running as `qemu` in `bosunctl status`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
@@ -59,6 +60,24 @@ fn agent_calls(sim: &SimHandle, vmid: u32) -> Vec<String> {
 }
 
 /// The hub's `golden_refused` alerts.
+/// `bosunctl status` as it prints, each line's words joined by one space.
+async fn status_lines(hub: &RealHub) -> Vec<String> {
+    let client = bosunctl::client::HubClient::new(bosunctl::config::Settings {
+        url: hub.url.parse().unwrap(),
+        fingerprint: hub.fingerprint.clone(),
+        token: secrecy::SecretString::from(hub.admin.clone()),
+        allowed_signers: None,
+    })
+    .unwrap();
+    let fleet = bosunctl::status::FleetStatus::fetch(&client, 10)
+        .await
+        .unwrap();
+    bosunctl::status::render(&fleet)
+        .iter()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
 async fn golden_alerts(hub: &RealHub) -> Vec<Value> {
     let (_, alerts) = hub
         .admin(reqwest::Method::GET, "/v1/admin/alerts", None)
@@ -191,6 +210,28 @@ async fn a_vm_is_provisioned_from_its_signed_base_with_its_own_identity_and_boot
             .is_some_and(|t| t.len() >= 32)
     );
     assert_eq!(file_writes(&sim, vmid), 1, "one write, into the new vm");
+    // The operator sees it as a running VM: the report says its kind and `bosunctl status`
+    // shows it, read from the real hub.
+    let line = format!("guest vm-shop vmid {vmid} qemu desired running");
+    eventually(
+        Duration::from_secs(30),
+        "bosunctl status shows the vm running as qemu",
+        || {
+            let (hub, line) = (&hub, &line);
+            async move { status_lines(hub).await.iter().any(|l| l == line) }
+        },
+    )
+    .await;
+    let detail = hub.host(host).await;
+    let reported: Vec<&Value> = detail["last_report"]["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["vmid"] == vmid)
+        .collect();
+    assert_eq!(reported.len(), 1, "{detail}");
+    assert_eq!(reported[0]["kind"], "qemu", "{detail}");
+    assert_eq!(reported[0]["guest_id"], vm.to_string(), "{detail}");
     // The journal knows the token, so later passes write nothing more.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(file_writes(&sim, vmid), 1, "the bootstrap is written once");

@@ -58,7 +58,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         run_demo(Scenario::Full, Duration::from_secs(390));
     let out = dir.path().join("demo-out");
     // Without the root helper no golden archive can be hashed: the demo says so at once.
-    // 34 steps (about 190 s on two cores while other builds ran, steps 33 and 34 about 25 s of
+    // 36 steps (about 190 s on two cores while other builds ran, steps 33 and 34 about 25 s of
     // it) and the 8 s the kept hub is watched.
     if !passed_as_root(
         &result,
@@ -699,8 +699,63 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert!(share.audited.contains("guest.share_refused"), "{share:?}");
     assert_eq!(share.restored, stored("200", "1", "20"));
 
+    // Step 35: the node's access as the operator sets it up: `pve setup` finds it all in place
+    // and writes nothing; `pve check` passes on the agent's token, the guest agent's reach on
+    // pool bosun alone; the administrator's token was for the run only.
+    let access = outcome.pve_access.clone().expect("the pve access step ran");
+    assert!(access.setup.contains("nothing changed"), "{}", access.setup);
+    assert_eq!(access.check["passed"], true, "{}", access.check);
+    let reach = access.check["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "guest-reach")
+        .cloned()
+        .expect("a guest-reach check");
+    assert_eq!(reach["status"], "ok", "{reach}");
+    assert!(
+        reach["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("/pool/bosun") && d.contains("on no other path")),
+        "{reach}"
+    );
+    assert!(!out.join("operator/pve-admin-token").exists());
+    assert!(
+        transcript.contains("[35] the node's access, as an operator sets it up"),
+        "{transcript}"
+    );
+
+    // Step 36: a VM beside the containers, from the base signed for a VM, into Bosun's pool,
+    // running as `qemu` in `bosunctl status`; every other guest a container.
+    let vm = outcome.vm.clone().expect("the vm step ran");
+    assert!(
+        vm.restored_from
+            .as_deref()
+            .is_some_and(|v| v.starts_with("local:backup/vzdump-qemu-") && v.ends_with(".vma.zst")),
+        "{vm:?}"
+    );
+    assert_eq!(vm.pool.as_deref(), Some("bosun"), "{vm:?}");
+    assert!(
+        vm.status_line.starts_with(&format!(
+            "guest vm-shop vmid {} qemu desired running",
+            vm.vmid
+        )),
+        "{vm:?}"
+    );
+    let containers = vm
+        .kinds
+        .iter()
+        .filter(|(_, k)| *k == bosun_proto::desired::GuestKind::Lxc)
+        .count();
+    assert!(containers >= 4, "{vm:?}");
+    assert_eq!(vm.kinds.len(), containers + 1, "{vm:?}");
+    assert!(
+        transcript.contains("[36] a virtual machine beside the containers"),
+        "{transcript}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 34;
+    let steps = 36;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(

@@ -72,6 +72,53 @@ fn desired_and_reported_guests_merge_by_id_and_undesired_ones_stand_out() {
 }
 
 #[test]
+fn each_guest_line_says_its_kind_as_reported_else_as_desired() {
+    let mut detail = host(json!([
+        { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running", "kind": "qemu" },
+        { "guest_id": B, "vmid": 101, "hostname": "bravo", "status": "orphaned" },
+    ]));
+    let lines = guest_lines(&detail);
+    assert_eq!(lines[0].kind, GuestKind::Qemu);
+    assert_eq!(lines[1].kind, GuestKind::Lxc);
+    let status = FleetStatus {
+        hosts: vec![detail.clone()],
+        alerts: Vec::new(),
+        open_alerts: Vec::new(),
+    };
+    let text = render(&status).join("\n");
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("  guest {name}")))
+            .unwrap_or_else(|| panic!("no line for {name}: {text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(line("alpha"), "guest alpha vmid 100 qemu desired running");
+    assert_eq!(line("bravo"), "guest bravo vmid 101 lxc undesired orphaned");
+    // `hosts show` says the same, one field a guest.
+    assert_eq!(
+        guest_fields(&detail),
+        [
+            (
+                "guest",
+                "alpha (vmid 100): qemu, desired, running".to_owned()
+            ),
+            (
+                "guest",
+                "bravo (vmid 101): lxc, undesired, orphaned".to_owned()
+            ),
+        ]
+    );
+    // A VM desired but not built yet is a VM already.
+    detail.last_report.as_mut().unwrap().guests.clear();
+    detail.desired.as_mut().unwrap().guests[0].kind = GuestKind::Qemu;
+    let lines = guest_lines(&detail);
+    assert_eq!(lines[0].kind, GuestKind::Qemu);
+    assert_eq!(lines[0].observed, "absent");
+}
+
+#[test]
 fn a_guests_assigned_address_is_shown_on_its_line() {
     let detail = host(json!([
         { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running",

@@ -13,6 +13,7 @@ fn seen(spec: &GuestSpec, status: GuestStatus, memory_mib: u32) -> GuestReport {
     GuestReport {
         guest_id: Some(spec.guest_id),
         vmid: 100,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: spec.hostname.clone(),
         status,
         resources: Some(GuestResources {

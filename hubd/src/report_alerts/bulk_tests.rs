@@ -20,6 +20,7 @@ fn report(backup: BulkBackup, signed: Option<&str>) -> StateReport {
     report.guests = vec![GuestReport {
         guest_id: Some(GUEST),
         vmid: 101,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: "web1".into(),
         status: GuestStatus::Running,
         resources: None,

@@ -100,6 +100,7 @@ mod tests {
         report.guests = vec![GuestReport {
             guest_id: Some(GUEST),
             vmid: 101,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: "acme-app".into(),
             status: GuestStatus::Running,
             resources: None,

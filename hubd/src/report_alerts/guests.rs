@@ -144,6 +144,7 @@ mod tests {
         GuestReport {
             guest_id,
             vmid,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: "acme-app".into(),
             status,
             resources: None,

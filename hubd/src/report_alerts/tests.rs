@@ -24,6 +24,7 @@ fn report() -> StateReport {
         guests: vec![GuestReport {
             guest_id: Some(GUEST),
             vmid: 101,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: "web1".into(),
             status: GuestStatus::Running,
             resources: None,

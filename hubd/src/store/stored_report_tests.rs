@@ -90,6 +90,8 @@ impl Change {
                     report.guests.push(GuestReport {
                         guest_id: Some(Uuid::from_u128(999)),
                         vmid: 999,
+                        // A VM: its kind is kept through full reports and deltas alike.
+                        kind: bosun_proto::desired::GuestKind::Qemu,
                         hostname: "extra".into(),
                         status: GuestStatus::Running,
                         resources: None,

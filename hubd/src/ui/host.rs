@@ -252,7 +252,7 @@ fn guests(host: &HostDetail) -> Markup {
             div class="scroll" {
                 table class="stack" id="guests" {
                     thead { tr {
-                        th { "Guest" } th { "VMID" } th { "Address" } th { "Desired" }
+                        th { "Guest" } th { "Kind" } th { "VMID" } th { "Address" } th { "Desired" }
                         th { "Current" } th { "Controller" } th { "Customer" }
                     } }
                     tbody { @for row in &rows { (guest_row(host, row)) } }
@@ -280,9 +280,15 @@ fn guest_row(host: &HostDetail, row: &GuestRow<'_>) -> Markup {
         .current
         .map(|g| g.vmid)
         .or(row.desired.and_then(|d| d.vmid));
+    // `lxc` or `qemu`, as `bosunctl status` says it.
+    let kind = match id {
+        Some(id) => host_view::guest_kind(host, id),
+        None => row.current.map(|g| g.kind).unwrap_or_default(),
+    };
     html! {
         tr {
             td data-label="Guest" { (name) }
+            td data-label="Kind" class="mono" { (kind.as_str()) }
             td data-label="VMID" { @if let Some(vmid) = vmid { (vmid) } @else { "-" } }
             // The addresses Bosun assigned, as the report gives them (`bosunctl status` too).
             td data-label="Address" class="mono" {

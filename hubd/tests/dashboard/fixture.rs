@@ -21,7 +21,7 @@ use crate::common::{TestHub, desired, full, report, send, signed_job};
 
 /// The desired guest of `docs/proto/desired.json`.
 pub const APP_GUEST: Uuid = Uuid::from_u128(0x0b6f4f2e_6c1a_4d6e_9a51_2f0c8d3e7a10);
-/// A guest the agent reports that desired state does not list.
+/// A guest the agent reports that desired state does not list (a VM).
 pub const STRAY_GUEST: Uuid = Uuid::from_u128(0x0190_f5a6_0000_7000_8000_0000_0000_00b2);
 
 /// The fleet.
@@ -75,6 +75,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
             GuestReport {
                 guest_id: Some(APP_GUEST),
                 vmid: 101,
+                kind: bosun_proto::desired::GuestKind::Lxc,
                 hostname: "acme-app".into(),
                 status: GuestStatus::Running,
                 resources: Some(GuestResources {
@@ -89,6 +90,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
             GuestReport {
                 guest_id: Some(STRAY_GUEST),
                 vmid: 150,
+                kind: bosun_proto::desired::GuestKind::Qemu,
                 hostname: "old-staging".into(),
                 status: GuestStatus::Orphaned,
                 resources: None,

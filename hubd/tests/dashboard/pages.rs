@@ -149,6 +149,7 @@ async fn a_pbs_tier_is_named_by_its_label_and_the_guest_beside_it_never_breaks()
     r.guests = vec![GuestReport {
         guest_id: Some(charlie),
         vmid: 103,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: "charlie".into(),
         status: GuestStatus::Running,
         resources: None,
@@ -204,13 +205,14 @@ async fn a_pbs_tier_is_named_by_its_label_and_the_guest_beside_it_never_breaks()
 }
 
 #[tokio::test]
-async fn the_host_page_shows_each_guests_address_and_warns_of_a_host_without_a_pool() {
+async fn the_host_page_shows_each_guests_kind_and_address_and_warns_of_a_host_without_a_pool() {
     let hub = TestHub::start().await;
     let client = ui_client(&hub);
     let (host, key) = hub.enroll("pve-pool").await;
     let guest = |vmid: u32, name: &str, addresses: &[&str]| GuestReport {
         guest_id: Some(Uuid::new_v4()),
         vmid,
+        kind: bosun_proto::desired::GuestKind::Lxc,
         hostname: name.into(),
         status: GuestStatus::Running,
         resources: None,
@@ -225,6 +227,7 @@ async fn the_host_page_shows_each_guests_address_and_warns_of_a_host_without_a_p
         // A DHCP guest from before the pool has no address Bosun assigned.
         guest(103, "legacy", &[]),
     ];
+    r.guests[1].kind = bosun_proto::desired::GuestKind::Qemu;
     let mut body = full(&r);
     body["capabilities"] = serde_json::json!({ "arch": "x86_64", "address_pool": false });
     send(&hub, host, &key, &body).await;
@@ -239,6 +242,11 @@ async fn the_host_page_shows_each_guests_address_and_warns_of_a_host_without_a_p
     let rows: Vec<&str> = guests.split("<tr>").skip(2).collect();
     assert_eq!(rows.len(), 3, "{guests}");
     let address = |row: &str| cell(row, r#"data-label="Address""#).to_owned();
+    let kinds: Vec<&str> = rows
+        .iter()
+        .map(|row| cell(row, r#"data-label="Kind""#))
+        .collect();
+    assert_eq!(kinds, ["lxc", "qemu", "lxc"], "{guests}");
     assert_eq!(address(rows[0]), "192.0.2.101", "{}", rows[0]);
     assert_eq!(
         address(rows[1]),

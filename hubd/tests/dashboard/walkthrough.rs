@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use bosun_hubd::ui::COOKIE_NAME;
 
-use super::browser::{self, eval, screenshot, text, viewport, wait_for_path};
+use super::browser::{self, eval, eval_string, screenshot, text, viewport, wait_for_path};
 use super::fixture;
 
 /// `target/test-artifacts` of the workspace (or of `CARGO_TARGET_DIR`).
@@ -129,6 +129,14 @@ pub async fn run() {
             "host page lacks {wanted}: {host_text}"
         );
     }
+    // Each guest's kind in its own column: the desired container, the VM no one desires.
+    let kinds = eval_string(
+        &page,
+        "Array.from(document.querySelectorAll('#guests td[data-label=\"Kind\"]'))\
+         .map(c => c.innerText).join(',')",
+    )
+    .await;
+    assert_eq!(kinds, "lxc,qemu", "{host_text}");
     let job = fleet.job.simple().to_string();
     assert!(host_text.contains(&job[..8]), "the finished job is listed");
     let job_rows = eval(&page, "document.querySelectorAll('#jobs tbody tr').length").await;

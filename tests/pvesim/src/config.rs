@@ -36,6 +36,11 @@ pub struct SimConfig {
     pub archive_dir: Option<PathBuf>,
     /// The PVE release answered as; it decides how error answers look.
     pub pve_version: PveVersion,
+    /// Whether `local` also holds the VM golden archive from the start (a vzdump-qemu of a
+    /// cloud image with cloud-init and the QEMU guest agent, as `SimHandle::add_vm_golden`
+    /// adds it); with a data directory its file is written beside the container's, so a helper
+    /// hashes it. The endpoint names it (`vm_golden_volid`, `vm_golden_sha256`).
+    pub vm_golden: bool,
 }
 
 /// A PVE release whose observable behaviour the simulator reproduces.
@@ -92,6 +97,7 @@ impl Default for SimConfig {
             archive_files: false,
             archive_dir: None,
             pve_version: PveVersion::default(),
+            vm_golden: false,
         }
     }
 }

@@ -63,6 +63,21 @@ impl Simulator {
         if let Some(dir) = &config.data_dir {
             seed::write_golden_file(dir, &golden_volid)?;
         }
+        let vm_golden_volid = if config.vm_golden {
+            let volume = crate::qemu_restore::golden_vm_volume(
+                &jiff::Zoned::now(),
+                crate::qemu_restore::golden_vm_conf(),
+                crate::qemu_restore::golden_vm_files(),
+            );
+            let volid = volume.volid.clone();
+            state.push_volume(volume);
+            if let Some(dir) = &config.data_dir {
+                seed::write_vm_golden_file(dir, &volid)?;
+            }
+            Some(volid)
+        } else {
+            None
+        };
         let named = config
             .archive_dir
             .clone()
@@ -92,6 +107,8 @@ impl Simulator {
             tokens,
             golden_volid,
             golden_sha256: seed::golden_sha256(),
+            vm_golden_sha256: vm_golden_volid.as_ref().map(|_| seed::vm_golden_sha256()),
+            vm_golden_volid,
             admin_url: format!("{base}/_sim"),
             admin_token: admin_token.clone(),
         };

@@ -132,6 +132,13 @@ pub struct Endpoint {
     /// the file is `DIR/dump/<name>`, where a helper configured with that `dump_root` hashes it.
     #[serde(default)]
     pub golden_sha256: String,
+    /// The VM golden archive `SimConfig::vm_golden` seeds,
+    /// `local:backup/vzdump-qemu-9001-YYYY_MM_DD-HH_MM_SS.vma.zst`; none without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_golden_volid: Option<String>,
+    /// SHA-256 of its file's bytes (`DIR/dump/<name>` with a data directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_golden_sha256: Option<String>,
     /// The admin endpoint outside `/api2`, `https://127.0.0.1:PORT/_sim`.
     pub admin_url: String,
     /// Bearer token for the admin endpoint.
@@ -147,6 +154,8 @@ impl std::fmt::Debug for Endpoint {
             .field("tokens", &self.tokens)
             .field("golden_volid", &self.golden_volid)
             .field("golden_sha256", &self.golden_sha256)
+            .field("vm_golden_volid", &self.vm_golden_volid)
+            .field("vm_golden_sha256", &self.vm_golden_sha256)
             .field("admin_url", &self.admin_url)
             .field("admin_token", &"<redacted>")
             .finish()

@@ -330,9 +330,29 @@ pub fn golden_sha256() -> String {
     hex::encode(sha2::Sha256::digest(GOLDEN_ARCHIVE_BYTES))
 }
 
+/// The bytes of the VM golden archive as a file ([`GOLDEN_ARCHIVE_BYTES`]' counterpart for the
+/// `vma.zst` of `SimConfig::vm_golden`).
+pub const VM_GOLDEN_ARCHIVE_BYTES: &[u8] =
+    b"bosun-pvesim golden vm archive v1: debian 12 cloud image, cloud-init, qemu-guest-agent\n";
+
+/// SHA-256 of [`VM_GOLDEN_ARCHIVE_BYTES`], lowercase hex.
+pub fn vm_golden_sha256() -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(VM_GOLDEN_ARCHIVE_BYTES))
+}
+
 /// Writes the golden archive's file as `DIR/dump/<name>` (PVE's `local` dump directory
 /// layout), replacing what an earlier run left.
 pub(crate) fn write_golden_file(dir: &std::path::Path, volid: &str) -> Result<(), SimError> {
+    write_dump_file(dir, volid, GOLDEN_ARCHIVE_BYTES)
+}
+
+/// Writes the VM golden archive's file as `DIR/dump/<name>`, as [`write_golden_file`] does.
+pub(crate) fn write_vm_golden_file(dir: &std::path::Path, volid: &str) -> Result<(), SimError> {
+    write_dump_file(dir, volid, VM_GOLDEN_ARCHIVE_BYTES)
+}
+
+fn write_dump_file(dir: &std::path::Path, volid: &str, bytes: &[u8]) -> Result<(), SimError> {
     let name = volid.rsplit('/').next().unwrap_or(volid);
     let dump = dir.join("dump");
     let io = |source: std::io::Error| SimError::Config {
@@ -342,5 +362,5 @@ pub(crate) fn write_golden_file(dir: &std::path::Path, volid: &str) -> Result<()
         ),
     };
     std::fs::create_dir_all(&dump).map_err(io)?;
-    std::fs::write(dump.join(name), GOLDEN_ARCHIVE_BYTES).map_err(io)
+    std::fs::write(dump.join(name), bytes).map_err(io)
 }

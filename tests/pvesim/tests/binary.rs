@@ -109,3 +109,40 @@ async fn binary_writes_endpoint_json_serves_and_keeps_its_certificate() {
     assert_eq!(mode & 0o777, 0o600);
     terminate(child);
 }
+
+#[test]
+fn a_vm_golden_asked_for_is_seeded_with_its_file_and_named_in_the_endpoint() {
+    use sha2::Digest as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("sim.toml");
+    std::fs::write(&config, "time_scale = 0.0\nvm_golden = true\n").unwrap();
+    let data = dir.path().join("data");
+    let child = spawn(&data, Some(&config));
+    let ep = wait_endpoint(&data);
+    terminate(child);
+    let volid = ep.vm_golden_volid.expect("the vm golden's volid");
+    let name = volid
+        .strip_prefix("local:backup/")
+        .expect("on local's backups");
+    assert!(
+        name.starts_with("vzdump-qemu-") && name.ends_with(".vma.zst"),
+        "{volid}"
+    );
+    let bytes = std::fs::read(data.join("dump").join(name)).expect("its file");
+    assert_eq!(
+        ep.vm_golden_sha256.as_deref(),
+        Some(hex::encode(sha2::Sha256::digest(&bytes)).as_str())
+    );
+    assert_ne!(
+        ep.vm_golden_sha256.as_deref(),
+        Some(ep.golden_sha256.as_str())
+    );
+
+    // Without it, none.
+    let plain = tempfile::tempdir().expect("temp dir");
+    let child = spawn(plain.path(), None);
+    let ep = wait_endpoint(plain.path());
+    terminate(child);
+    assert_eq!(ep.vm_golden_volid, None);
+    assert_eq!(ep.vm_golden_sha256, None);
+}

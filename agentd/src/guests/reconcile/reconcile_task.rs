@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::GuestResources;
+use bosun_proto::desired::{GuestKind, GuestResources};
 use bosun_proto::report::{GuestReport, GuestStatus};
 use bosun_pve::{Pve, PveQemu};
 use tokio::sync::{Notify, watch};
@@ -444,6 +444,13 @@ impl<P: PveQemu + 'static> ReconcileTask<P> {
         // orphan), since a report names each vmid once.
         let lost_vmids: std::collections::BTreeSet<u32> =
             observed.lost.iter().map(|l| l.vmid).collect();
+        // Nothing is observed of a lost or migrated guest here: its kind is the one its desired
+        // state gives (a guest is never converted from one kind to the other).
+        let desired_kind = |guest_id: uuid::Uuid| {
+            snapshot
+                .and_then(|s| s.state.guests.iter().find(|g| g.guest_id == guest_id))
+                .map_or(GuestKind::Lxc, |g| g.kind)
+        };
         let lost = observed
             .lost
             .iter()
@@ -457,6 +464,7 @@ impl<P: PveQemu + 'static> ReconcileTask<P> {
             .map(|(guest_id, vmid, status)| GuestReport {
                 guest_id: Some(guest_id),
                 vmid,
+                kind: desired_kind(guest_id),
                 hostname: String::new(),
                 status,
                 resources: None,
@@ -471,6 +479,7 @@ impl<P: PveQemu + 'static> ReconcileTask<P> {
             .map(|o| GuestReport {
                 guest_id: o.guest_id,
                 vmid: o.vmid,
+                kind: GuestKind::Lxc,
                 hostname: o.hostname.clone().unwrap_or_default(),
                 status: reported_status(o, findings, snapshot.is_some()),
                 resources: reported_resources(o),
@@ -483,6 +492,7 @@ impl<P: PveQemu + 'static> ReconcileTask<P> {
                 GuestReport {
                     guest_id: Some(v.guest_id),
                     vmid: v.vmid,
+                    kind: GuestKind::Qemu,
                     hostname: snapshot
                         .and_then(|s| s.state.guests.iter().find(|g| g.guest_id == v.guest_id))
                         .map(|g| g.hostname.clone())
@@ -578,6 +588,7 @@ fn provisioning_reporter(
             s.guests.push(GuestReport {
                 guest_id: Some(spec.guest_id),
                 vmid,
+                kind: spec.kind,
                 hostname: spec.hostname.clone(),
                 status: GuestStatus::Provisioning,
                 resources: None,

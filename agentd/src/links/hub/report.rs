@@ -211,6 +211,7 @@ mod tests {
                 .map(|(vmid, status)| GuestReport {
                     guest_id: None,
                     vmid: *vmid,
+                    kind: bosun_proto::desired::GuestKind::Lxc,
                     hostname: String::new(),
                     status: *status,
                     resources: None,

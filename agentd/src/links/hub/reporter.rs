@@ -404,6 +404,7 @@ mod tests {
         GuestReport {
             guest_id: id.map(uuid::Uuid::from_u128),
             vmid: 100,
+            kind: bosun_proto::desired::GuestKind::Lxc,
             hostname: String::new(),
             status: GuestStatus::Running,
             resources: None,
