@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 /// The host's pool of addresses (decision 0101): a VM's `ipconfig0` comes from it.
-const POOL: &str = "[addresses]\nbridge = \"vmbr0\"\nipv4_first = \"192.0.2.20\"\n\
+pub(crate) const POOL: &str = "[addresses]\nbridge = \"vmbr0\"\nipv4_first = \"192.0.2.20\"\n\
                     ipv4_last = \"192.0.2.29\"\nipv4_prefix = 24\nipv4_gateway = \"192.0.2.1\"\n";
 
 /// The VM golden archive's own identity (the simulator's `golden_vm_conf`).
@@ -29,7 +29,7 @@ const ARCHIVE_MAC: &str = "BC:24:11:5E:A1:08";
 /// Where every guest's bootstrap lives.
 const BOOTSTRAP: &str = "/etc/bosun-bootstrap/bootstrap.json";
 
-fn append_config(files: &AgentFiles, text: &str) {
+pub(crate) fn append_config(files: &AgentFiles, text: &str) {
     let mut config = std::fs::read_to_string(&files.config_path).unwrap();
     config.push_str(text);
     std::fs::write(&files.config_path, config).unwrap();
@@ -43,7 +43,7 @@ fn part<'a>(value: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// A desired state of `guests`, each `(id, name, kind, golden entry)`.
-fn desired_of(guests: &[(Uuid, &str, GuestKind, Value)]) -> Value {
+pub(crate) fn desired_of(guests: &[(Uuid, &str, GuestKind, Value)]) -> Value {
     json!({
         "schema": "bosun.desired/v1",
         "guests": guests.iter().map(|(id, name, kind, golden)| json!({
@@ -62,7 +62,7 @@ fn desired_of(guests: &[(Uuid, &str, GuestKind, Value)]) -> Value {
 
 /// The VM golden archive, seeded in the simulator, with the hash the (fake) helper reads
 /// from its file; and its golden entry signed for a VM.
-fn vm_golden(sim: &SimHandle, files: &AgentFiles) -> (String, String, Value) {
+pub(crate) fn vm_golden(sim: &SimHandle, files: &AgentFiles) -> (String, String, Value) {
     let volid = sim.add_vm_golden();
     let sha = "5e".repeat(32);
     files.helper.set_archive(&volid, &sha);
@@ -80,7 +80,7 @@ fn calls(sim: &SimHandle) -> Vec<(String, String)> {
 }
 
 /// The VM restores (`POST /nodes/pve/qemu`) that reached Proxmox, by archive.
-fn vm_restores(sim: &SimHandle) -> Vec<String> {
+pub(crate) fn vm_restores(sim: &SimHandle) -> Vec<String> {
     sim.requests()
         .iter()
         .filter(|r| r.method == "POST" && r.path == "/nodes/pve/qemu")

@@ -97,6 +97,7 @@ mod agent_update;
 mod agent_update_bench;
 mod agent_verify;
 mod agent_vm_crash;
+mod agent_vm_jobs;
 mod agent_vm_provision;
 mod command_census;
 mod demo_scenario;

@@ -582,7 +582,9 @@ pub fn destructive(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
     sim.requests()
         .into_iter()
         .filter(|r| {
-            (r.method == "DELETE" && r.path.starts_with("/nodes/") && r.path.contains("/lxc/"))
+            (r.method == "DELETE"
+                && r.path.starts_with("/nodes/")
+                && (r.path.contains("/lxc/") || r.path.contains("/qemu/")))
                 || r.params.iter().any(|(k, v)| k == "force" && v == "1")
         })
         .collect()
