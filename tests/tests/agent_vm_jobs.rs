@@ -187,3 +187,44 @@ async fn a_decommission_naming_a_foreign_vms_vmid_destroys_nothing() {
     assert_eq!(sim.vm_running(vmid), Some(true));
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_now_over_a_vm_is_refused_until_vm_archives_are_proven() {
+    let stack = OneVm::start().await;
+    let (sim, guest, vmid) = (&stack.sim, stack.guest, stack.vmid);
+    let before = sim.vm_config(vmid).unwrap();
+    sim.clear_requests();
+    let (host_s, guest_s, vmid_s) = (stack.host.to_string(), guest.to_string(), vmid.to_string());
+    let backup = format!("backup=local:backup/vzdump-qemu-{vmid}-2026_01_01-00_00_00.vma.zst");
+    let args = [
+        "--kind",
+        "restore-now",
+        "--param",
+        &backup,
+        "--host",
+        &host_s,
+        "--guest",
+        &guest_s,
+        "--vmid",
+        &vmid_s,
+    ];
+    let job = submit(&stack.hub, &stack.operator, stack.files.dir.path(), &args).await;
+    let result = job_result(&stack.hub, stack.host, job).await;
+    assert_eq!(result["outcome"], "failed", "{result}");
+    assert!(
+        result["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("does not act on a VM yet")),
+        "{result}"
+    );
+    // Nothing was overwritten, stopped or destroyed.
+    assert!(destructive(sim).is_empty(), "{:?}", destructive(sim));
+    let stops = format!("/nodes/pve/qemu/{vmid}/status/stop");
+    assert!(
+        !sim.requests().iter().any(|r| r.path == stops),
+        "the VM was stopped"
+    );
+    assert_eq!(sim.vm_running(vmid), Some(true));
+    assert_eq!(sim.vm_config(vmid).unwrap(), before);
+    stack.stop().await;
+}
