@@ -175,7 +175,7 @@ pub struct JobInbox<P: Pve> {
     capped_audited: bool,
 }
 
-impl<P: Pve + 'static> JobInbox<P> {
+impl<P: Pve + bosun_pve::PveQemu + 'static> JobInbox<P> {
     /// An inbox handing jobs to `runner`, each run as a task of `tasks`.
     pub fn new(runner: Arc<JobRunner<P>>, journal: JournalHandle, tasks: Supervisor) -> Self {
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();

@@ -204,7 +204,7 @@ enum Next {
     Stop,
 }
 
-impl<P: Pve + 'static> PollTask<P> {
+impl<P: Pve + bosun_pve::PveQemu + 'static> PollTask<P> {
     /// A hub loop.
     pub fn new(parts: PollParts<P>) -> (Self, watch::Receiver<HubStatus>) {
         let (status, status_rx) = watch::channel(HubStatus::default());

@@ -18,6 +18,7 @@
 
 use bosun_proto::adopt::AdoptParams;
 use bosun_proto::desired::CustomerIdentity;
+use bosun_pve::PveQemu;
 use bosun_pve::{ConfigUpdate, CtOptions, GuestStatus, Pve, Vmid};
 use futures::FutureExt as _;
 use serde::{Deserialize, Serialize};
@@ -62,7 +63,7 @@ pub(super) struct AdoptSetup {
 #[derive(Debug)]
 pub(super) struct AdoptJobs;
 
-impl<P: Pve + 'static> JobFamily<P> for AdoptJobs {
+impl<P: Pve + PveQemu + 'static> JobFamily<P> for AdoptJobs {
     type Accepted = AdoptAccepted;
     type Setup = AdoptSetup;
     type Work = ();
@@ -181,7 +182,7 @@ struct Adoption<P> {
     issuer: Option<BootstrapIssuer>,
 }
 
-impl<P: Pve + 'static> Adoption<P> {
+impl<P: Pve + PveQemu + 'static> Adoption<P> {
     /// The steps, in order; the job's output on success.
     async fn run(self, authority: JobAuthority) -> Result<Value, JobError> {
         let vmid = Vmid::new(self.job.vmid)?;

@@ -9,6 +9,7 @@
 use bosun_proto::break_glass::{BreakGlassParams, SshPublicKey};
 use bosun_proto::job::JobKind as WireKind;
 use bosun_pve::Pve;
+use bosun_pve::PveQemu;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -48,7 +49,7 @@ pub(super) struct BreakGlassAccepted {
 #[derive(Debug)]
 pub(super) struct BreakGlassJobs;
 
-impl<P: Pve + 'static> JobFamily<P> for BreakGlassJobs {
+impl<P: Pve + PveQemu + 'static> JobFamily<P> for BreakGlassJobs {
     type Accepted = BreakGlassAccepted;
     type Setup = BreakGlass;
     /// The door the kind opens or closes.

@@ -20,6 +20,7 @@
 //! had approved and clears an unapproved extraction, so asking again converges. Each outcome is
 //! audited for the guest (`bulk.restored`, `bulk.restore_failed`).
 
+use bosun_pve::PveQemu;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,7 +135,7 @@ impl BulkRestoreSetup {
 #[derive(Debug)]
 pub(super) struct BulkRestoreJobs;
 
-impl<P: Pve + 'static> JobFamily<P> for BulkRestoreJobs {
+impl<P: Pve + PveQemu + 'static> JobFamily<P> for BulkRestoreJobs {
     type Accepted = BulkRestoreAccepted;
     type Setup = BulkRestoreSetup;
     type Work = ();
@@ -358,7 +359,7 @@ fn to_helper(accepted: &BulkRestoreAccepted) -> Result<BulkRestore, JobError> {
 }
 
 /// Audits the outcome for the guest: `bulk.restored` or `bulk.restore_failed`.
-async fn audit<P: Pve + 'static>(
+async fn audit<P: Pve + PveQemu + 'static>(
     context: &JobContext<P>,
     accepted: &BulkRestoreAccepted,
     result: &Result<Value, JobError>,

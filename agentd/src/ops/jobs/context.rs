@@ -3,6 +3,7 @@
 //! shares: open its operation with the `accepted` step, refuse it, end it
 //! ([`JobContext::conclude`]: its outcome journaled, audited and reported).
 
+use bosun_pve::PveQemu;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +35,7 @@ pub(super) struct JobContext<P: Pve> {
     pub(super) results: mpsc::UnboundedSender<JobResult>,
 }
 
-impl<P: Pve + 'static> JobContext<P> {
+impl<P: Pve + PveQemu + 'static> JobContext<P> {
     /// The result of job `job_id`, finished now (its detail bounded).
     pub(super) fn result_of(
         &self,

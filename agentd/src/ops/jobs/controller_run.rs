@@ -4,6 +4,7 @@
 //! steps its journal holds.
 
 use bosun_pve::Pve;
+use bosun_pve::PveQemu;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -34,7 +35,7 @@ pub(super) struct ControllerAccepted {
 #[derive(Debug)]
 pub(super) struct ControllerJobs;
 
-impl<P: Pve + 'static> JobFamily<P> for ControllerJobs {
+impl<P: Pve + PveQemu + 'static> JobFamily<P> for ControllerJobs {
     type Accepted = ControllerAccepted;
     type Setup = RolloutContext;
     type Work = ();

@@ -16,12 +16,12 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::error::JobError;
-use crate::guests::reconcile::lookup::{Holder, holder};
+use super::machine::{self, Held, Machine};
 use crate::ops::journal::JournalHandle;
 use crate::ops::operation::StepName;
 use crate::ops::operation::{OpJournal, StepError};
 use bosun_errchain::error_chain;
-use bosun_pve::{GuestStatus, Op, Pve, PveError, Vmid};
+use bosun_pve::{GuestStatus, Op, Pve, PveError, PveQemu, Vmid};
 
 /// First pause between two attempts; doubled after each, up to [`RETRY_CAP`].
 const RETRY_FIRST: Duration = Duration::from_millis(250);
@@ -144,9 +144,9 @@ enum Pass {
     Destroyed,
 }
 
-/// Destroys `vmid` — only while it holds the guest with `identity` — retrying within
-/// `patience`; retires its provenance (leaving a tombstone) once it is gone.
-pub(super) async fn decommission<P: Pve>(
+/// Destroys `vmid` — only while it holds the guest with `identity`, a container or a VM —
+/// retrying within `patience`; retires its provenance (leaving a tombstone) once it is gone.
+pub(super) async fn decommission<P: Pve + PveQemu>(
     pve: &P,
     journal: &JournalHandle,
     op: &OpJournal,
@@ -154,7 +154,7 @@ pub(super) async fn decommission<P: Pve>(
     identity: &str,
     mut patience: Patience,
 ) -> Result<Value, JobError> {
-    let mut destroy_sent = false;
+    let mut destroy_sent = None;
     let mut attempts = 0u32;
     loop {
         attempts += 1;
@@ -183,33 +183,35 @@ pub(super) async fn decommission<P: Pve>(
         .retire_guest(op.op_id(), vmid.get())
         .await
         .map_err(JobError::journal("retiring the guest's record"))?;
-    Ok(if destroy_sent {
-        json!({ "vmid": vmid.get(), "destroyed": true, "attempts": attempts })
+    Ok(if let Some(machine) = destroy_sent {
+        json!({ "vmid": vmid.get(), "kind": machine.as_str(), "destroyed": true, "attempts": attempts })
     } else {
         json!({ "vmid": vmid.get(), "already_gone": true })
     })
 }
 
 /// Looks at the guest, then stops and destroys it if it is still there and idle.
-async fn pass<P: Pve>(
+/// `destroy_sent` holds the kind of guest a destroy was sent for.
+async fn pass<P: Pve + PveQemu>(
     pve: &P,
     op: &OpJournal,
     vmid: Vmid,
     identity: &str,
-    destroy_sent: &mut bool,
+    destroy_sent: &mut Option<Machine>,
 ) -> Result<Pass, Attempt> {
-    match holder(pve, vmid, identity).await {
-        Ok(Holder::Nobody) => return Ok(Pass::Gone),
-        Ok(Holder::Ours) => {}
-        Ok(Holder::Stranger) => {
+    let sent = destroy_sent.is_some();
+    let machine = match machine::held(pve, vmid, identity).await {
+        Ok(Held::Nobody) => return Ok(Pass::Gone),
+        Ok(Held::Ours(machine)) => machine,
+        Ok(Held::Stranger(_)) => {
             return Err(Attempt {
                 error: JobError::Stranger { vmid },
                 retryable: false,
             });
         }
         Err(e) => return Err(Attempt::pve(e)),
-    }
-    let status = match pve.ct_status(vmid).await {
+    };
+    let status = match machine::state(pve, machine, vmid).await {
         Err(e) if e.is_missing() => return Ok(Pass::Gone),
         Err(e) => return Err(Attempt::pve(e)),
         Ok(status) => status,
@@ -217,37 +219,51 @@ async fn pass<P: Pve>(
     if status.lock.as_deref() == Some("destroyed") {
         return Ok(Pass::DestroyRunning);
     }
-    if let Some(lock) = status.lock.as_deref() {
+    if let Some(lock) = status.lock {
         return Err(Attempt {
-            error: JobError::Locked {
-                vmid,
-                lock: lock.to_owned(),
-            },
+            error: JobError::Locked { vmid, lock },
             retryable: true,
         });
     }
+    let target = json!({ "vmid": vmid.get(), "kind": machine.as_str() });
     if status.status == GuestStatus::Running {
-        op.task(
-            pve,
-            Op::StopCt,
-            StepName::Stop,
-            json!({ "vmid": vmid.get() }),
-            pve.stop_ct(vmid),
-        )
-        .await
-        .map_err(|e| Attempt::step(e, *destroy_sent))?;
+        let stopped = match machine {
+            Machine::Container => {
+                op.task(pve, Op::StopCt, StepName::Stop, target, pve.stop_ct(vmid))
+                    .await
+            }
+            Machine::Vm => {
+                op.task(pve, Op::StopVm, StepName::Stop, target, pve.stop_vm(vmid))
+                    .await
+            }
+        };
+        stopped.map_err(|e| Attempt::step(e, sent))?;
     }
-    *destroy_sent = true;
-    match op
-        .task(
-            pve,
-            Op::DestroyCt,
-            StepName::Destroy,
-            json!({ "vmid": vmid.get(), "purge": true }),
-            pve.destroy_ct(vmid, true),
-        )
-        .await
-    {
+    *destroy_sent = Some(machine);
+    let destroy = json!({ "vmid": vmid.get(), "kind": machine.as_str(), "purge": true });
+    let destroyed = match machine {
+        Machine::Container => {
+            op.task(
+                pve,
+                Op::DestroyCt,
+                StepName::Destroy,
+                destroy,
+                pve.destroy_ct(vmid, true),
+            )
+            .await
+        }
+        Machine::Vm => {
+            op.task(
+                pve,
+                Op::DestroyVm,
+                StepName::Destroy,
+                destroy,
+                pve.destroy_vm(vmid, true),
+            )
+            .await
+        }
+    };
+    match destroyed {
         Ok(_) => Ok(Pass::Destroyed),
         Err(e) => Err(Attempt::step(e, true)),
     }

@@ -5,6 +5,7 @@
 //! failed, `interrupted before acceptance`, and reported. This is the one place that names
 //! the families ([`JobFamily`]) and holds what each was set up with ([`Setups`]).
 
+use bosun_pve::PveQemu;
 use std::sync::Arc;
 
 use bosun_pve::{Pve, StorageId};
@@ -75,7 +76,7 @@ impl<P: Pve> Setups<P> {
 }
 
 /// Runs a claimed job through its kind's family.
-pub(super) async fn run_claimed<P: Pve + 'static>(
+pub(super) async fn run_claimed<P: Pve + PveQemu + 'static>(
     context: &JobContext<P>,
     setups: &Setups<P>,
     job: Claimed,
@@ -102,7 +103,7 @@ pub(super) async fn run_claimed<P: Pve + 'static>(
 /// [`crate::ops::operation::replay::sort`]: their operations are still running in the
 /// journal); gives how many ran on (those closed as interrupted before acceptance are
 /// not counted).
-pub(super) async fn resume<P: Pve + 'static>(
+pub(super) async fn resume<P: Pve + PveQemu + 'static>(
     context: &JobContext<P>,
     setups: &Setups<P>,
     unfinished: Vec<UnfinishedOperation>,
@@ -172,7 +173,7 @@ struct Resuming<'a, P: Pve> {
     row: KindRow,
 }
 
-impl<P: Pve + 'static> Resuming<'_, P> {
+impl<P: Pve + PveQemu + 'static> Resuming<'_, P> {
     /// Resumes the job as one of family `F` from its `accepted` step; `false` when it had
     /// none (or one `F` cannot read) and was closed failed.
     async fn resume_as<F: JobFamily<P>>(
@@ -202,7 +203,7 @@ impl<P: Pve + 'static> Resuming<'_, P> {
 
 /// The operation's `accepted` step read as `T`; `Err` with why the job cannot run on
 /// when it has none or the step does not read as `T`.
-async fn accepted_step<P: Pve + 'static, T: DeserializeOwned>(
+async fn accepted_step<P: Pve + PveQemu + 'static, T: DeserializeOwned>(
     context: &JobContext<P>,
     op: &OpJournal,
 ) -> Result<Result<T, JobError>, JournalError> {
@@ -219,7 +220,7 @@ async fn accepted_step<P: Pve + 'static, T: DeserializeOwned>(
 }
 
 /// The kind the job was claimed as (the journal's record of the claim), else the row's.
-async fn claimed_kind<P: Pve + 'static>(
+async fn claimed_kind<P: Pve + PveQemu + 'static>(
     context: &JobContext<P>,
     operation: &Operation,
     row: KindRow,
@@ -232,7 +233,7 @@ async fn claimed_kind<P: Pve + 'static>(
 }
 
 /// Ends a job that cannot run on: failed with `why`, its result reported.
-async fn close_unresumable<P: Pve + 'static>(
+async fn close_unresumable<P: Pve + PveQemu + 'static>(
     context: &JobContext<P>,
     op: OpJournal,
     operation: &Operation,

@@ -64,7 +64,7 @@ pub enum JobError {
         reason: Reason,
     },
     /// The guest at the job's vmid is not the job's guest.
-    #[error("target_mismatch: CT {vmid} is not guest {guest_id} ({why}); not touched")]
+    #[error("target_mismatch: guest {vmid} is not guest {guest_id} ({why}); not touched")]
     TargetMismatch {
         /// The job's vmid.
         vmid: u32,
@@ -75,20 +75,28 @@ pub enum JobError {
     },
     /// The guest at the vmid lost the identity this agent wrote when it created it.
     #[error(
-        "target_mismatch: CT {vmid} does not carry the identity this agent wrote into the guest it created; not touched"
+        "target_mismatch: guest {vmid} does not carry the identity this agent wrote into the guest it created; not touched"
     )]
     Stranger {
         /// The vmid.
         vmid: Vmid,
     },
+    /// The job's guest is a QEMU VM and this kind of job does not act on VMs yet.
+    #[error("a {kind} job does not act on a VM yet: VM {vmid} not touched")]
+    NotForVm {
+        /// The vmid.
+        vmid: Vmid,
+        /// The job's kind.
+        kind: &'static str,
+    },
     /// A destroy (this agent's, its answer perhaps lost) is still running.
-    #[error("CT {vmid} is still being destroyed")]
+    #[error("guest {vmid} is still being destroyed")]
     StillDestroying {
         /// The vmid.
         vmid: Vmid,
     },
     /// The guest holds a lock.
-    #[error("CT {vmid} is locked ({lock})")]
+    #[error("guest {vmid} is locked ({lock})")]
     Locked {
         /// The vmid.
         vmid: Vmid,

@@ -3,13 +3,16 @@
 //! first, every Proxmox call journaled as a step.
 
 use bosun_errchain::error_chain;
-use bosun_pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
+use bosun_pve::{
+    GuestStatus, Op, Pve, PveQemu, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest,
+};
 use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable, refused_for_now};
 use super::error::JobError;
 use super::guest_accepted::GuestAccepted;
 use super::kind::GuestAction;
+use super::machine::{self, Held, Machine};
 use crate::data::backup::interrupted::archive_size;
 use crate::ops::jobs::restore_now::RestoreContext;
 use crate::ops::journal::{BackupOutcome, JournalHandle};
@@ -32,7 +35,7 @@ pub(super) struct GuestWork<'a, P: Pve> {
 }
 
 /// Carries out `action`, the accepted job `work.job`.
-pub(super) async fn execute<P: Pve + 'static>(
+pub(super) async fn execute<P: Pve + PveQemu + 'static>(
     action: GuestAction,
     work: GuestWork<'_, P>,
 ) -> Result<Value, JobError> {
@@ -72,16 +75,17 @@ pub(super) async fn ask_gate(
     }
 }
 
-/// The identity the journal recorded for the job's guest at the job's vmid, once the
-/// guest there is shown to carry it (DESIGN §5): a destroy or overwrite acts only on
-/// the guest this agent created. `Ok(None)`: the journal holds no record and no guest
-/// holds the vmid (a decommission interrupted after it retired the record).
-async fn verify_target<P: Pve>(
+/// The identity the journal recorded for the job's guest at the job's vmid, and the kind
+/// of guest (container or VM) that holds it, once the guest there is shown to carry it
+/// (DESIGN §5): a destroy or overwrite acts only on the guest this agent created or
+/// adopted. `Ok(None)`: the journal holds no record and no guest of either kind holds the
+/// vmid (a decommission interrupted after it retired the record).
+async fn verify_target<P: Pve + PveQemu>(
     pve: &P,
     journal: &JournalHandle,
     job: &GuestAccepted,
     vmid: Vmid,
-) -> Result<Option<String>, JobError> {
+) -> Result<Option<(String, Option<Machine>)>, JobError> {
     let provenance = journal
         .provenance(job.vmid)
         .await
@@ -95,22 +99,22 @@ async fn verify_target<P: Pve>(
         }
     };
     let Some(provenance) = provenance else {
-        return match pve.ct_config(vmid).await {
-            Err(e) if e.is_missing() => Ok(None),
-            Err(e) => Err(e.into()),
-            Ok(_) => Err(mismatch("the journal holds no record of it")),
+        return if machine::occupied(pve, vmid).await? {
+            Err(mismatch("the journal holds no record of it"))
+        } else {
+            Ok(None)
         };
     };
     if provenance.guest_id() != Some(job.guest_id.to_string().as_str()) {
         return Err(mismatch("the journal records another guest there"));
     }
     let identity = provenance.identity().to_owned();
-    match crate::guests::reconcile::lookup::holder(pve, vmid, &identity).await {
-        Ok(crate::guests::reconcile::lookup::Holder::Stranger) => Err(mismatch(
+    match machine::held(pve, vmid, &identity).await? {
+        Held::Stranger(_) => Err(mismatch(
             "it does not carry the identity written when the guest was created",
         )),
-        Ok(_) => Ok(Some(identity)),
-        Err(e) => Err(e.into()),
+        Held::Ours(machine) => Ok(Some((identity, Some(machine)))),
+        Held::Nobody => Ok(Some((identity, None))),
     }
 }
 
@@ -195,7 +199,10 @@ fn storage_of(job: &GuestAccepted, default: StorageId) -> Result<StorageId, JobE
 /// `restore-now`: a lost guest is brought back by DR; an existing one (shown to be the
 /// job's guest) is stopped, overwritten from one of its own proven backups, and started
 /// again if it ran.
-async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result<Value, JobError> {
+async fn restore<P: Pve + PveQemu + 'static>(
+    work: GuestWork<'_, P>,
+    vmid: Vmid,
+) -> Result<Value, JobError> {
     let GuestWork {
         pve,
         journal,
@@ -219,12 +226,21 @@ async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result
             .await;
     }
     ask_gate(journal, GuestAction::Restore.asks(), job.vmid, authority).await?;
-    if verify_target(pve, journal, job, vmid).await?.is_none() {
-        return Err(JobError::TargetMismatch {
-            vmid: job.vmid,
-            guest_id: job.guest_id,
-            why: "no such guest",
-        });
+    match verify_target(pve, journal, job, vmid).await? {
+        None | Some((_, None)) => {
+            return Err(JobError::TargetMismatch {
+                vmid: job.vmid,
+                guest_id: job.guest_id,
+                why: "no such guest",
+            });
+        }
+        Some((_, Some(Machine::Vm))) => {
+            return Err(JobError::NotForVm {
+                vmid,
+                kind: job.kind.as_str(),
+            });
+        }
+        Some((_, Some(Machine::Container))) => {}
     }
     // Named or not, the archive must be one of the guest's own journaled backups and
     // pass its proof (`recovery::proof`).
@@ -279,7 +295,10 @@ async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result
 }
 
 /// `decommission`: destroys the job's guest (shown to be it) and retires its record.
-async fn decommission<P: Pve>(work: GuestWork<'_, P>, vmid: Vmid) -> Result<Value, JobError> {
+async fn decommission<P: Pve + PveQemu>(
+    work: GuestWork<'_, P>,
+    vmid: Vmid,
+) -> Result<Value, JobError> {
     let GuestWork {
         pve,
         journal,
@@ -297,7 +316,7 @@ async fn decommission<P: Pve>(work: GuestWork<'_, P>, vmid: Vmid) -> Result<Valu
     )
     .await?;
     match verify_target(pve, journal, job, vmid).await? {
-        Some(identity) => {
+        Some((identity, _)) => {
             super::decommission::decommission(pve, journal, op, vmid, &identity, patience).await
         }
         None => Ok(json!({ "vmid": job.vmid, "already_gone": true })),
@@ -306,7 +325,7 @@ async fn decommission<P: Pve>(work: GuestWork<'_, P>, vmid: Vmid) -> Result<Valu
 
 /// `force-backup`: backs the guest up now (asking again while the guest is busy), proves
 /// the archive and journals the outcome.
-async fn force_backup<P: Pve + 'static>(
+async fn force_backup<P: Pve + PveQemu + 'static>(
     work: GuestWork<'_, P>,
     vmid: Vmid,
 ) -> Result<Value, JobError> {

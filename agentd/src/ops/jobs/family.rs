@@ -7,6 +7,7 @@
 
 use bosun_proto::job::JobDocument;
 use bosun_pve::Pve;
+use bosun_pve::PveQemu;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
@@ -43,7 +44,7 @@ pub(super) enum NotAccepted {
 
 /// The kinds that run the same way: what their `accepted` step holds, how a claimed job of
 /// theirs is judged and carried out, how an interrupted one is judged again.
-pub(super) trait JobFamily<P: Pve + 'static> {
+pub(super) trait JobFamily<P: Pve + PveQemu + 'static> {
     /// The job's typed parameters as its `accepted` step holds them: everything a resumed
     /// job needs to run again.
     type Accepted: Serialize + DeserializeOwned;

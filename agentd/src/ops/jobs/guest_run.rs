@@ -3,6 +3,7 @@
 //! and storage it names), carry it out in the guest's queue slot and end it; at start,
 //! resume one a crash interrupted from its `accepted` step.
 
+use bosun_pve::PveQemu;
 use std::sync::Arc;
 
 use bosun_pve::{Pve, StorageId};
@@ -37,7 +38,7 @@ pub(super) struct GuestSetup<P: Pve> {
 #[derive(Debug)]
 pub(super) struct GuestJobs;
 
-impl<P: Pve + 'static> JobFamily<P> for GuestJobs {
+impl<P: Pve + PveQemu + 'static> JobFamily<P> for GuestJobs {
     type Accepted = GuestAccepted;
     type Setup = GuestSetup<P>;
     type Work = ();

@@ -59,6 +59,7 @@ mod family;
 mod guest_accepted;
 mod guest_run;
 mod kind;
+mod machine;
 pub mod restore_now;
 mod retry;
 pub mod runner;

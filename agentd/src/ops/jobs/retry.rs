@@ -43,6 +43,7 @@ pub(super) fn judge(error: &JobError) -> (bool, &'static str) {
         | JobError::NoBackup { .. }
         | JobError::ArchiveRefused { .. }
         | JobError::NotDesired { .. }
+        | JobError::NotForVm { .. }
         | JobError::Unproven { .. }
         | JobError::ProofRefused(_)
         | JobError::DetachRefused(_)

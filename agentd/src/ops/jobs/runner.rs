@@ -25,6 +25,7 @@
 //! from its `accepted` step, which holds everything needed to run it again;
 //! each kind's steps are safe to repeat, and it still counts as one run.
 
+use bosun_pve::PveQemu;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -70,7 +71,7 @@ pub struct CheckedBatch {
     pub refused: Vec<Option<Uuid>>,
 }
 
-impl<P: Pve + 'static> JobRunner<P> {
+impl<P: Pve + PveQemu + 'static> JobRunner<P> {
     /// A runner reporting results on `results`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(

@@ -4,6 +4,7 @@
 //! accepted, carry it out and end it; at start, resume one a crash interrupted. What differs
 //! per kind ([`StorageJob`]): what its `accepted` step holds beyond the storage, and its steps.
 
+use bosun_pve::PveQemu;
 use std::marker::PhantomData;
 
 use bosun_pve::Pve;
@@ -163,7 +164,7 @@ impl StorageJob for Wipe {
     }
 }
 
-impl<P: Pve + 'static, K: StorageJob> JobFamily<P> for StorageJobs<K> {
+impl<P: Pve + PveQemu + 'static, K: StorageJob> JobFamily<P> for StorageJobs<K> {
     type Accepted = K::Accepted;
     type Setup = DetachContext;
     /// The storage the job resolves to.

@@ -9,6 +9,7 @@
 //! A job interrupted by a crash is resumed from `accepted`: a trial already recorded for
 //! this job is taken as it stands (staged, committed or rolled back), never staged again.
 
+use bosun_pve::PveQemu;
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
@@ -62,7 +63,7 @@ pub(super) struct UpdateAccepted {
 #[derive(Debug)]
 pub(super) struct AgentUpdateJobs;
 
-impl<P: Pve + 'static> JobFamily<P> for AgentUpdateJobs {
+impl<P: Pve + PveQemu + 'static> JobFamily<P> for AgentUpdateJobs {
     type Accepted = UpdateAccepted;
     type Setup = UpdateJobs;
     type Work = ();

@@ -15,7 +15,7 @@ use crate::links::hub_client::host_key::{KeyStep, Pace};
 use crate::links::hub_client::pins::HubPins;
 use crate::ops::journal::AuditEvent;
 
-impl<P: Pve + 'static> PollTask<P> {
+impl<P: Pve + bosun_pve::PveQemu + 'static> PollTask<P> {
     /// The hub answered: the link is up; desired state, jobs, timings, announced pins and the
     /// host key's rotation are taken; the next poll goes at once when something asks for it.
     pub(super) async fn on_answer(

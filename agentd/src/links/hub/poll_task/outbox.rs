@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{PollTask, Round, push_result};
 use crate::links::hub_client::client::HubClientError;
 
-impl<P: Pve + 'static> PollTask<P> {
+impl<P: Pve + bosun_pve::PveQemu + 'static> PollTask<P> {
     /// Sends the queued results; keeps those the hub did not take for the next round.
     pub(super) async fn flush_results(&self, round: &mut Round<P>) {
         let mut keep = Vec::new();
