@@ -96,7 +96,7 @@ pub(super) async fn vm_beside_containers(
         "kind": "qemu",
         "hostname": "vm-shop",
         "customer": { "customer_id": "cust-vm-shop", "display_name": "Customer vm-shop" },
-        "resources": { "cores": 1, "memory_mib": 1024, "rootfs_gib": 8 },
+        "resources": { "cores": 1, "memory_mib": 1024, "rootfs_gib": 10 },
         "power": "running",
         "golden": golden,
     }));

@@ -192,6 +192,17 @@ async fn a_decommission_naming_a_foreign_vms_vmid_destroys_nothing() {
 async fn a_restore_now_over_a_vm_is_refused_until_vm_archives_are_proven() {
     let stack = OneVm::start().await;
     let (sim, guest, vmid) = (&stack.sim, stack.guest, stack.vmid);
+    // The reconciler sizes the new VM as desired (1024 MiB, the base has 2048) first, so
+    // what is compared below changes only by the job.
+    eventually(
+        Duration::from_secs(30),
+        "the vm is sized as desired",
+        || async move {
+            sim.vm_config(vmid)
+                .is_some_and(|c| c.get("memory").map(String::as_str) == Some("1024"))
+        },
+    )
+    .await;
     let before = sim.vm_config(vmid).unwrap();
     sim.clear_requests();
     let (host_s, guest_s, vmid_s) = (stack.host.to_string(), guest.to_string(), vmid.to_string());
