@@ -18,13 +18,14 @@ use bosun_agentd::guests::reconcile::apply::Applier;
 use bosun_agentd::guests::reconcile::config_cache::ConfigCache;
 use bosun_agentd::guests::reconcile::observe::observe;
 use bosun_agentd::guests::reconcile::plan::{Action, Facts, plan};
-use bosun_agentd::guests::reconcile::provision::Provisioner;
+use bosun_agentd::guests::reconcile::provision::{ProvisionError, Provisioner};
 use bosun_agentd::ops::operation::Origin;
 use bosun_proto::desired::{DesiredState, GuestSpec};
 use bosun_pve::{
     ConfigUpdate, CtOptions, Ipv4Config, NetConfig, Op, Pve, RestoreRequest, StorageId, Vmid,
     VolumeId,
 };
+use bosun_pvesim::{EndpointFault, FaultConfig};
 use localapi_support::fake_helper::FakeHelper;
 use localapi_support::{Harness, Options};
 use serde_json::json;
@@ -188,5 +189,90 @@ async fn provisioned_guests_get_the_guard_and_the_reconciler_keeps_it_on_its_own
     .unwrap();
     assert!(plan(&state, &observed.guests, &facts).actions.is_empty());
     assert_eq!(firewall_puts(&h, vmid).len(), puts);
+    h.shutdown().await;
+}
+
+/// A hiccup answering a step after the restore (the guard's firewall write failed by its
+/// handler) runs the steps again in place: the guest is built once, not restored anew. A
+/// failure that does not clear is given up after the bounded runs and the guest rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_failed_by_a_hiccup_runs_again_without_a_second_restore() {
+    let h = Harness::start_with(Options {
+        guests: 0,
+        ..Options::default()
+    })
+    .await;
+    let helper = FakeHelper::start(h.dir.path());
+    let provisioner = Provisioner::new(
+        h.pve.clone(),
+        h.journal.clone(),
+        StorageId::new("local-lvm").unwrap(),
+        512,
+        localapi_support::golden_check(&h, &helper).await,
+    );
+    let failing = || FaultConfig {
+        endpoints: vec![EndpointFault {
+            method: Some("PUT".into()),
+            path: "/nodes/{node}/lxc/{vmid}/firewall/options".into(),
+            error_rate: 1.0,
+            ..EndpointFault::default()
+        }],
+        ..FaultConfig::default()
+    };
+    let count = |method: &str, path: &str| {
+        h.sim
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == method
+                    && r.path.trim_end_matches(|c: char| c.is_ascii_digit()) == path
+                    && r.status == 200
+            })
+            .count()
+    };
+    let failed_puts = |h: &Harness| {
+        h.sim
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "PUT" && r.path.ends_with("/firewall/options") && r.status == 500
+            })
+            .count()
+    };
+
+    // The hiccup clears while the provision pauses: built once, guarded, nothing destroyed.
+    h.sim.set_faults(failing());
+    let sim = h.sim.clone();
+    let heal = tokio::spawn(async move {
+        while !sim
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/firewall/options") && r.status == 500)
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        sim.set_faults(FaultConfig::default());
+    });
+    let spec = desired(&h, "0195a0e0-0000-7000-8000-00000000f1a1").guests[0].clone();
+    let vmid = provisioner.provision(&spec, None).await.unwrap().get();
+    heal.await.unwrap();
+    assert_eq!(count("POST", "/nodes/pve/lxc"), 1, "restored once");
+    assert_eq!(count("DELETE", "/nodes/pve/lxc/"), 0, "nothing rolled back");
+    assert_eq!(failed_puts(&h), 1);
+    assert_eq!(
+        h.sim.guest_firewall(vmid).unwrap(),
+        options(&[("enable", "1")])
+    );
+
+    // A failure that does not clear: the steps run three times in all, then the guest goes.
+    h.sim.clear_requests();
+    h.sim.set_faults(failing());
+    let spec = desired(&h, "0195a0e0-0000-7000-8000-00000000f1a2").guests[0].clone();
+    let err = provisioner.provision(&spec, None).await.unwrap_err();
+    assert!(matches!(err, ProvisionError::RolledBack { .. }), "{err:?}");
+    assert_eq!(count("POST", "/nodes/pve/lxc"), 1, "restored once");
+    assert_eq!(failed_puts(&h), 3, "the steps ran three times in all");
+    assert_eq!(count("DELETE", "/nodes/pve/lxc/"), 1, "rolled back");
+    h.sim.set_faults(FaultConfig::default());
     h.shutdown().await;
 }

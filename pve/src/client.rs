@@ -203,8 +203,7 @@ impl PveClient {
                     lock_attempt += 1;
                 }
                 Err(e)
-                    if e.is_transient()
-                        && e.is_retry_safe()
+                    if e.is_worth_asking_again()
                         && transient_attempt < self.policy.transient_attempts =>
                 {
                     tracing::warn!(op = ?ctx.op, vmid = ctx.vmid.map(|v| v.get()), attempt = transient_attempt, error = %e, "pve call failed; retrying");

@@ -258,6 +258,20 @@ impl PveError {
         }
     }
 
+    /// Whether the client sends the same request again by itself, within its transient bound:
+    /// a transient failure that is retry-safe, or a read a handler failed with a 5xx that does
+    /// not say the object is missing (a cluster filesystem or daemon hiccup). A read changes
+    /// nothing, so asking again costs only the wait, where giving up can roll a whole
+    /// provision back; a missing object is an answer, not a hiccup, and is not asked again.
+    pub fn is_worth_asking_again(&self) -> bool {
+        if self.is_transient() {
+            return self.is_retry_safe();
+        }
+        matches!(self, Self::Api { op, status, .. }
+            if *status >= 500 && op.endpoint().method.is_read_only())
+            && !self.is_missing()
+    }
+
     /// Whether the request may have had an effect the caller does not know about.
     pub fn is_outcome_unknown(&self) -> bool {
         match self {

@@ -30,8 +30,10 @@ pub struct RetryPolicy {
     pub lock_attempts: u32,
     /// The pause between those attempts.
     pub lock_backoff: Backoff,
-    /// How many times a retry-safe transient failure (not sent, or a read whose answer was
-    /// lost, or a busy server answering a read) is retried.
+    /// How many times a request is sent in all when its failure is worth asking again (not
+    /// sent; a read whose answer was lost, answered busy, or failed by the handler with a
+    /// 5xx that does not say the object is missing): see
+    /// [`super::PveError::is_worth_asking_again`].
     pub transient_attempts: u32,
     /// The pause between those attempts.
     pub transient_backoff: Backoff,

@@ -350,6 +350,33 @@ fn error_answers_are_classified() {
     assert!(!e.is_retry_safe(), "a busy POST may have been handled");
     let busy_read = PveError::from_answer(Op::Version, None, 596, "", b"");
     assert!(busy_read.is_retry_safe());
+    assert!(busy_read.is_worth_asking_again());
+}
+
+/// A read a handler failed is asked again unless it says the object is missing; a mutation's
+/// failure never is, whatever its status.
+#[test]
+fn which_failures_are_asked_again() {
+    let ct = Some(Vmid::new(100).unwrap());
+    let read =
+        |status, body: &str| PveError::from_answer(Op::GetConfig, ct, status, "", body.as_bytes());
+    assert!(
+        read(500, r#"{"data":null,"message":"got unexpected error\n"}"#).is_worth_asking_again()
+    );
+    let missing = read(
+        500,
+        r#"{"data":null,"message":"Configuration file 'nodes/pve/lxc/100.conf' does not exist\n"}"#,
+    );
+    assert!(
+        !missing.is_worth_asking_again(),
+        "a missing guest is an answer"
+    );
+    assert!(
+        !read(403, r#"{"data":null,"message":"Permission check failed"}"#).is_worth_asking_again()
+    );
+    assert!(!read(400, r#"{"data":null,"errors":{"x":"y"}}"#).is_worth_asking_again());
+    assert!(!answer(500, "", r#"{"data":null,"message":"x\n"}"#).is_worth_asking_again());
+    assert!(!answer(596, "Broken pipe", "").is_worth_asking_again());
     assert!(matches!(
         answer(
             501,

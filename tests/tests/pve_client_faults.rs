@@ -151,6 +151,89 @@ async fn busy_596_is_retried_for_reads_and_reported_for_writes() {
     .await;
 }
 
+/// A read a handler failed with a 500 is asked again up to the transient bound and succeeds
+/// once the hiccup clears; a read of a guest that does not exist is asked once; a mutation
+/// failed by its handler is never sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_failed_by_its_handler_is_asked_again_and_a_mutation_is_not() {
+    bounded(async {
+        let rig = start(fast_sim()).await;
+        restore_golden(&rig, 120).await;
+        let attempts = usize::try_from(RetryPolicy::fast().transient_attempts).unwrap();
+        let count = |path: &str, method: &str| {
+            rig.sim
+                .requests()
+                .iter()
+                .filter(|r| r.path == path && r.method == method)
+                .count()
+        };
+        rig.sim.set_faults(FaultConfig {
+            endpoints: vec![
+                EndpointFault {
+                    error_rate: 1.0,
+                    ..fault("GET", "/nodes/{node}/lxc/{vmid}/config")
+                },
+                EndpointFault {
+                    error_rate: 1.0,
+                    ..fault("PUT", "/nodes/{node}/lxc/{vmid}/config")
+                },
+            ],
+            ..Default::default()
+        });
+        rig.sim.clear_requests();
+        let err = rig.client.ct_config(vmid(120)).await.unwrap_err();
+        assert!(matches!(err, PveError::Api { status: 500, .. }), "{err:?}");
+        assert_eq!(
+            count("/nodes/pve/lxc/120/config", "GET"),
+            attempts,
+            "a failed read is asked again up to the bound"
+        );
+        let err = rig
+            .client
+            .update_ct_config(vmid(120), &cores(2))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PveError::Api { status: 500, .. }), "{err:?}");
+        assert_eq!(
+            count("/nodes/pve/lxc/120/config", "PUT"),
+            1,
+            "a failed mutation is never sent again blindly"
+        );
+
+        // The hiccup clears while the client waits after its first attempt: the read succeeds.
+        let patient = RetryPolicy {
+            transient_backoff: Backoff {
+                initial: Duration::from_secs(2),
+                max: Duration::from_secs(2),
+            },
+            ..RetryPolicy::fast()
+        };
+        let patient = client_for(&rig.sim, &rig.sim.endpoint().tokens.agent.clone(), patient);
+        rig.sim.clear_requests();
+        let sim = rig.sim.clone();
+        let heal = tokio::spawn(async move {
+            while sim.requests().is_empty() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            sim.set_faults(FaultConfig::default());
+        });
+        let config = patient.ct_config(vmid(120)).await;
+        heal.await.unwrap();
+        assert!(config.is_ok(), "{config:?}");
+
+        rig.sim.clear_requests();
+        let err = rig.client.ct_config(vmid(121)).await.unwrap_err();
+        assert!(err.is_missing(), "{err:?}");
+        assert_eq!(
+            count("/nodes/pve/lxc/121/config", "GET"),
+            1,
+            "a missing guest is an answer"
+        );
+        rig.sim.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_past_the_bound_is_refused_unread() {
     bounded(async {

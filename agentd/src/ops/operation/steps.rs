@@ -83,6 +83,29 @@ impl StepError {
             _ => None,
         }
     }
+
+    /// The step that failed.
+    pub fn step(&self) -> &str {
+        match self {
+            StepError::Journal { step, .. }
+            | StepError::Pve { step, .. }
+            | StepError::Failed { step, .. }
+            | StepError::TimedOut { step, .. }
+            | StepError::Other { step, .. } => step,
+        }
+    }
+
+    /// Whether Proxmox, or the way to it, failed in a way that may clear up by itself: the
+    /// request not sent or its answer lost, a busy server, or a handler's 5xx that does not
+    /// say the guest is missing or locked. A refusal (4xx), a missing guest, a failed task
+    /// and every local failure are not.
+    pub fn may_clear_up(&self) -> bool {
+        let Some(e) = self.pve() else { return false };
+        if e.is_transient() {
+            return true;
+        }
+        matches!(e, PveError::Api { status, .. } if *status >= 500) && !e.is_missing()
+    }
 }
 
 /// One running operation in the journal, writing its steps.
