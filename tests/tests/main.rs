@@ -98,6 +98,8 @@ mod agent_update_bench;
 mod agent_verify;
 mod agent_vm_backup;
 mod agent_vm_crash;
+mod agent_vm_dr;
+mod agent_vm_dr_crash;
 mod agent_vm_jobs;
 mod agent_vm_provision;
 mod agent_vm_reconcile;
