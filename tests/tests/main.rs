@@ -100,6 +100,7 @@ mod agent_vm_backup;
 mod agent_vm_crash;
 mod agent_vm_dr;
 mod agent_vm_dr_crash;
+mod agent_vm_host_loss;
 mod agent_vm_jobs;
 mod agent_vm_provision;
 mod agent_vm_reconcile;

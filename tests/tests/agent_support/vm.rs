@@ -164,7 +164,12 @@ pub fn agent_restores_of_any_kind(sim: &SimHandle) -> Vec<(String, String, Strin
                     .map(|(_, v)| v.clone())
                     .unwrap_or_default()
             };
-            (r.path.clone(), get("vmid"), get("archive"))
+            // A container's restore names its archive `ostemplate`.
+            let archive = match get("archive") {
+                a if a.is_empty() => get("ostemplate"),
+                a => a,
+            };
+            (r.path.clone(), get("vmid"), archive)
         })
         .collect()
 }
