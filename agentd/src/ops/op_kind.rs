@@ -100,6 +100,9 @@ op_kinds! {
     GoldenVerify => "golden_verify" by RestoreTest,
     /// Disaster recovery of a lost guest from its fastest surviving backup tier.
     Recover => "dr_restore" by Reconcile,
+    /// Disaster recovery of a lost QEMU guest from its newest archive proven as a VM's
+    /// (decision 0121).
+    RecoverVm => "dr_restore_vm" by Reconcile,
     /// A signed `controller-update` job: snapshot, announce the digest, wait for the
     /// controller's health report, commit or roll back to the snapshot.
     ControllerUpdateJob => "controller_update_job" by Job,

@@ -360,8 +360,47 @@ pub(crate) fn config_values(ctx: &Ctx, own: &[&str]) -> BTreeMap<String, String>
     ctx.params
         .iter()
         .filter(|(k, _)| !own.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| {
+            let v = if is_net_key(k) {
+                with_mac(v, || ctx.shared.random_mac())
+            } else {
+                v.clone()
+            };
+            (k.clone(), v)
+        })
         .collect()
+}
+
+/// Whether `key` is a network device (`net0`…`net31`).
+fn is_net_key(key: &str) -> bool {
+    key.strip_prefix("net")
+        .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A `netN` value with a MAC address: qemu-server's `parse_net` gives a device named without
+/// one (`virtio,bridge=…`, or `model=virtio` without `macaddr=`) a random one, on create,
+/// restore and config change alike.
+fn with_mac(value: &str, mac: impl FnOnce() -> String) -> String {
+    let mut parts: Vec<String> = value.split(',').map(str::to_owned).collect();
+    let has_mac = parts
+        .iter()
+        .any(|p| p.starts_with("macaddr=") || is_model_with_mac(p));
+    if has_mac || parts.is_empty() {
+        return value.to_owned();
+    }
+    if parts[0].starts_with("model=") {
+        parts.push(format!("macaddr={}", mac()));
+    } else if !parts[0].contains('=') {
+        parts[0] = format!("{}={}", parts[0], mac());
+    }
+    parts.join(",")
+}
+
+/// Whether `part` is `<model>=<MAC>` (the short form qemu-server prints).
+fn is_model_with_mac(part: &str) -> bool {
+    const MODELS: &[&str] = &["virtio", "e1000", "e1000e", "rtl8139", "vmxnet3"];
+    part.split_once('=')
+        .is_some_and(|(model, mac)| MODELS.contains(&model) && mac.len() == 17)
 }
 
 /// `PUT …/qemu/{vmid}/config` (synchronous).

@@ -60,6 +60,34 @@ impl SimHandle {
             .describe(path)
     }
 
+    /// The NoCloud `instance-id` of VM `vmid`'s cloud-init drive as its last start wrote it
+    /// (`None` for a VM never started): qemu-server's `PVE::QemuServer::Cloudinit` takes the
+    /// SHA-1 of the user data and the network data it generates, and the network data names
+    /// each interface's MAC, so a new name, user, key, address or MAC is a new instance (on
+    /// whose first boot a cloud image makes a new machine-id and SSH host keys) and the same
+    /// ones are the same instance. Modelled as the SHA-1 of the drive's cloud-init keys and the
+    /// MACs of the VM's `netN`.
+    pub fn vm_instance_id(&self, vmid: u32) -> Option<String> {
+        use sha1::{Digest, Sha1};
+        let st = self.shared.state.lock();
+        let vm = st.vms.get(&vmid)?;
+        if vm.cloudinit_drive.is_empty() {
+            return None;
+        }
+        let mut hasher = Sha1::new();
+        for (key, value) in &vm.cloudinit_drive {
+            hasher.update(format!("{key}: {value}\n"));
+        }
+        for (key, value) in vm.conf.iter().filter(|(k, _)| k.starts_with("net")) {
+            let mac = value.split(',').find_map(|p| {
+                p.strip_prefix("macaddr=")
+                    .or_else(|| p.split_once('=').map(|(_, m)| m).filter(|m| m.len() == 17))
+            });
+            hasher.update(format!("{key}: {}\n", mac.unwrap_or_default()));
+        }
+        Some(format!("{:x}", hasher.finalize()))
+    }
+
     /// VM `vmid`'s config (no digest).
     pub fn vm_config(&self, vmid: u32) -> Option<std::collections::BTreeMap<String, String>> {
         Some(self.shared.state.lock().vms.get(&vmid)?.conf.clone())

@@ -726,3 +726,78 @@ async fn a_disk_grows_in_a_resize_task_that_refuses_to_shrink_and_stores_the_siz
     );
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_device_named_without_a_mac_gets_one_and_a_new_mac_is_a_new_cloud_init_instance() {
+    let sim = start().await;
+    restore_vm(&sim, &sim.root(), 320, "").await;
+    let mac = |sim: &Sim| {
+        let net0 = sim.handle.vm_config(320).unwrap()["net0"].clone();
+        let mac = net0
+            .split(',')
+            .find_map(|p| p.strip_prefix("virtio="))
+            .map(str::to_owned);
+        (net0, mac)
+    };
+    assert_eq!(sim.handle.vm_instance_id(320), None, "never started");
+    // qemu-server's parse_net: `virtio` without a MAC is given a random one.
+    let path = "/nodes/pve/qemu/320/config";
+    let r = sim
+        .call_as(
+            &sim.root(),
+            "PUT",
+            path,
+            &[("net0", "virtio,bridge=vmbr0,firewall=1")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let (net0, first) = mac(&sim);
+    let first = first.unwrap_or_else(|| panic!("no MAC: {net0}"));
+    assert!(
+        first.starts_with("BC:24:11:") && first.len() == 17,
+        "{net0}"
+    );
+    assert!(net0.ends_with(",bridge=vmbr0,firewall=1"), "{net0}");
+    // A MAC that is named is kept, in either form.
+    let r = sim
+        .call_as(
+            &sim.root(),
+            "PUT",
+            path,
+            &[
+                ("net0", &format!("virtio={first},bridge=vmbr0,firewall=1")),
+                ("ciuser", "bosun"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(mac(&sim).1.as_deref(), Some(first.as_str()));
+    start_vm(&sim, 320).await;
+    let instance = sim.handle.vm_instance_id(320).unwrap();
+    // The same configuration is the same instance; a new MAC is a new one.
+    let r = sim
+        .call_as(
+            &sim.root(),
+            "PUT",
+            path,
+            &[("net0", "virtio,bridge=vmbr0,firewall=1")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let second = mac(&sim).1.unwrap();
+    assert_ne!(second, first);
+    assert_ne!(sim.handle.vm_instance_id(320).unwrap(), instance);
+    let r = sim
+        .call_as(
+            &sim.root(),
+            "PUT",
+            path,
+            &[(
+                "net0",
+                &format!("model=virtio,macaddr={first},bridge=vmbr0,firewall=1"),
+            )],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(sim.handle.vm_instance_id(320).unwrap(), instance);
+}

@@ -100,13 +100,131 @@ pub struct VmStack {
     pub desired: Value,
 }
 
+/// The agent's backups go to `local` (the first tier a signed plan backs guests up to).
+pub const LOCAL_BACKUPS: &str = "[backup]\nstorage = \"local\"\n";
+
+/// Destroys VM `vmid` behind the agent's back (root's `qm stop`, then `qm destroy --purge`).
+pub async fn destroy_vm_behind_its_back(sim: &SimHandle, vmid: u32) {
+    use bosun_pve::PveQemu as _;
+    let root = super::root_client(sim);
+    let id = bosun_pve::Vmid::new(vmid).unwrap();
+    if sim.vm_running(vmid) == Some(true) {
+        let upid = root.stop_vm(id).await.unwrap();
+        sim.wait_task(&upid.to_string(), Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    let upid = root.destroy_vm(id, true).await.unwrap();
+    sim.wait_task(&upid.to_string(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(sim.vm_config(vmid).is_none(), "vm {vmid} is gone");
+}
+
+/// The MAC of VM `vmid`'s `net0` (`virtio=<MAC>` or `macaddr=`).
+pub fn vm_mac(sim: &SimHandle, vmid: u32) -> Option<String> {
+    let net0 = sim.vm_config(vmid)?.get("net0")?.clone();
+    net0.split(',').find_map(|p| {
+        p.strip_prefix("macaddr=")
+            .or_else(|| p.strip_prefix("virtio="))
+            .map(str::to_owned)
+    })
+}
+
+/// The SMBIOS uuid of VM `vmid` (`smbios1: uuid=…`).
+pub fn vm_uuid(sim: &SimHandle, vmid: u32) -> Option<String> {
+    let smbios = sim.vm_config(vmid)?.get("smbios1")?.clone();
+    part(&smbios, "uuid").map(str::to_owned)
+}
+
+/// The `vzdump-qemu` archives of `vmid` on `local`, oldest first.
+pub fn vm_archives(sim: &SimHandle, vmid: u32) -> Vec<String> {
+    let prefix = format!("local:backup/vzdump-qemu-{vmid}-");
+    let mut found: Vec<String> = sim
+        .storage_volumes("local")
+        .into_iter()
+        .filter(|v| v.starts_with(&prefix))
+        .collect();
+    found.sort();
+    found
+}
+
+/// The restores the agent sent to `sim`, of either kind, as `(path, vmid, archive)`.
+pub fn agent_restores_of_any_kind(sim: &SimHandle) -> Vec<(String, String, String)> {
+    let agent = sim.endpoint().tokens.agent.id.clone();
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.token_id.as_deref() == Some(agent.as_str()))
+        .filter(|r| r.method == "POST" && (r.path.ends_with("/lxc") || r.path.ends_with("/qemu")))
+        .map(|r| {
+            let get = |k: &str| {
+                r.params
+                    .iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            // A container's restore names its archive `ostemplate`.
+            let archive = match get("archive") {
+                a if a.is_empty() => get("ostemplate"),
+                a => a,
+            };
+            (r.path.clone(), get("vmid"), archive)
+        })
+        .collect()
+}
+
+/// Backs `desired`'s guests up to `local` every 5 s under a signed plan until each of `vmids`
+/// (VMs or containers, by `archives_of`) has `count` archives, then signs a daily plan and
+/// waits for the last backup to end; gives each vmid's archives, oldest first.
+pub async fn backed_up(
+    hub: &RealHub,
+    host: Uuid,
+    desired: &mut Value,
+    (sim, vmids, count): (&SimHandle, &[u32], usize),
+    archives_of: impl Fn(&SimHandle, u32) -> Vec<String>,
+) -> Vec<Vec<String>> {
+    desired["backup_policy"]["schedule"] = json!("*:*:0/5");
+    desired["data_plan"] = super::signing::signed_plan(&super::signing::plan_of(desired, host));
+    hub.put_desired(host, desired).await;
+    super::eventually(
+        Duration::from_secs(90),
+        "every guest backed up by the plan",
+        || {
+            let done = vmids.iter().all(|v| archives_of(sim, *v).len() >= count);
+            async move { done }
+        },
+    )
+    .await;
+    desired["backup_policy"]["schedule"] = json!("daily");
+    desired["data_plan"] = super::signing::signed_plan(&super::signing::plan_of(desired, host));
+    hub.put_desired(host, desired).await;
+    // A backup the fast plan started ends before the guests are looked at.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    super::eventually(Duration::from_secs(30), "no backup holds a lock", || {
+        let free = vmids.iter().all(|v| {
+            let vm = sim.vm_config(*v).is_none_or(|c| !c.contains_key("lock"));
+            let ct = sim.guest_config(*v).is_none_or(|c| !c.contains_key("lock"));
+            vm && ct
+        });
+        async move { free }
+    })
+    .await;
+    vmids.iter().map(|v| archives_of(sim, *v)).collect()
+}
+
 impl VmStack {
     /// Provisions one VM guest, `vm-shop`, and waits until it runs with its bootstrap.
     pub async fn running() -> Self {
+        Self::running_with("").await
+    }
+
+    /// [`Self::running`] with `extra` in the agent's config (after its local API's).
+    pub async fn running_with(extra: &str) -> Self {
         let (sim, hub, files) = enrolled_stack().await;
         sim.set_datacenter_firewall(true);
         append_config(&files, POOL);
-        files.use_local_api(0, "");
+        files.use_local_api(0, extra);
         let (_, _, golden) = vm_golden(&sim, &files);
         let agent = InProcessAgent::start(&files.config_path).await;
         let host = agent.handles.host_id;

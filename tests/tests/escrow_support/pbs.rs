@@ -11,6 +11,7 @@ use bosun_agentctl::escrow::command::SheetOptions;
 use bosun_agentctl::escrow::wrap;
 use bosun_agentd::config::AgentConfig;
 use bosun_agentd::trust::keys::pbs_key::PbsKeyring;
+use bosun_proto::desired::GuestKind;
 use bosun_proto::escrow::EscrowBlob;
 use bosun_pve::{ContentFilter, ContentType, Pve as _, StorageId};
 use bosun_pvesim::{SimConfig, SimHandle};
@@ -114,22 +115,50 @@ pub struct PbsHost {
 
 impl PbsHost {
     pub async fn start(hub: &RealHub, hub_url: &str, names: &[&str]) -> Self {
+        let guests: Vec<(&str, GuestKind)> = names.iter().map(|n| (*n, GuestKind::Lxc)).collect();
+        Self::start_kinds(hub, hub_url, &guests).await
+    }
+
+    /// [`Self::start`] with guests of either kind: a VM gets its address from the host's pool
+    /// and is provisioned from the VM golden archive signed for VMs.
+    pub async fn start_kinds(hub: &RealHub, hub_url: &str, guests: &[(&str, GuestKind)]) -> Self {
         let password = format!("pbs-{}", Uuid::new_v4().simple());
         let sim = start_sim(SimConfig::fast()).await;
         sim.add_pbs_remote(PBS, FP, "store1", &password);
         let token = hub.enroll_token().await;
         let files = agent_files(&sim, hub_url, &hub.fingerprint, Some(&token));
         let operator = files.trusted_operator();
+        let vms = guests.iter().any(|(_, kind)| *kind == GuestKind::Qemu);
+        let vm_golden = vms.then(|| {
+            crate::agent_support::vm::append_config(&files, crate::agent_support::vm::POOL);
+            crate::agent_support::vm::vm_golden(&sim, &files).2
+        });
         let agent = InProcessAgent::start(&files.config_path).await;
         let host = agent.handles.host_id;
-        let ids: Vec<(Uuid, &str)> = names.iter().map(|n| (Uuid::new_v4(), *n)).collect();
-        let mut state = desired(&sim, &ids, "running");
+        let ct_golden =
+            signing::signed_golden(&sim.endpoint().golden_volid, &sim.endpoint().golden_sha256);
+        let ids: Vec<(Uuid, &str, GuestKind, Value)> = guests
+            .iter()
+            .map(|(name, kind)| {
+                let golden = match kind {
+                    GuestKind::Lxc => ct_golden.clone(),
+                    GuestKind::Qemu => vm_golden.clone().unwrap_or_default(),
+                };
+                (Uuid::new_v4(), *name, *kind, golden)
+            })
+            .collect();
+        let mut state = if vms {
+            crate::agent_support::vm::desired_of(&ids)
+        } else {
+            let named: Vec<(Uuid, &str)> = ids.iter().map(|(g, n, _, _)| (*g, *n)).collect();
+            desired(&sim, &named, "running")
+        };
         let recipient = hub_recipient(hub, host).await;
         with_pbs(&mut state, host, &recipient, &password);
         hub.put_desired(host, &state).await;
         let pbs = pbs_storage(&pbs_durable(), &format!("host-{}", host.simple()));
         let mut guests = Vec::new();
-        for (guest, name) in ids {
+        for (guest, name, _, _) in ids {
             let vmid = running_vmid(&agent.handles.reconcile, guest).await;
             guests.push((guest, name.to_owned(), vmid));
         }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestKind;
 use bosun_proto::helper::{ArchiveName, DumpDir, HashArchive, Output, Request};
-use bosun_pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
+use bosun_pve::{ContentItem, GuestOps, VmNet, Vmid, VolumeId, hwaddr_of};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -297,10 +297,10 @@ impl ArchiveProver {
         volid: &str,
         item: Option<&ContentItem>,
     ) -> Result<ArchiveProof, ProofError> {
-        self.record_mac(guest_id, vmid).await;
         let volume = VolumeId::new(volid.to_owned()).map_err(ProofError::Volume)?;
         // vzdump named the archive after the guest it backed up; the config inside must agree.
         let kind = super::content::archive_kind(volid).ok_or(ContentError::UnknownKind)?;
+        self.record_mac(guest_id, vmid, kind).await;
         if let Some(name) = archive_name(volid) {
             let (sha256, size) = self.hash_file(&volume, &name).await?;
             return Ok(ArchiveProof::File { sha256, size });
@@ -411,13 +411,25 @@ impl ArchiveProver {
         guest_id: &str,
         item: &ContentItem,
     ) -> Result<Verified, ProofError> {
+        self.check_unrecorded_as(guest_id, GuestKind::Lxc, item)
+            .await
+    }
+
+    /// [`Self::check_unrecorded`] for a restore into a guest of `kind`: the archive must be
+    /// a `kind` guest's by its name and by the config inside (decision 0118), as
+    /// [`Self::check_as`] holds a recorded one.
+    pub async fn check_unrecorded_as(
+        &self,
+        guest_id: &str,
+        kind: GuestKind,
+        item: &ContentItem,
+    ) -> Result<Verified, ProofError> {
         let volume = VolumeId::new(item.volid.clone()).map_err(ProofError::Volume)?;
-        // Host loss restores containers.
-        super::content::check_kind_by_name(&volume, GuestKind::Lxc)?;
+        super::content::check_kind_by_name(&volume, kind)?;
         let encrypted = item.encrypted.as_deref().unwrap_or_default().to_owned();
         let verified = self.check_bound(guest_id, item, &encrypted).await?;
         let readable = readable_volume(&volume, &verified);
-        super::content::check(&*self.ops, guest_id, GuestKind::Lxc, &readable).await?;
+        super::content::check(&*self.ops, guest_id, kind, &readable).await?;
         Ok(verified)
     }
 
@@ -454,9 +466,23 @@ impl ArchiveProver {
 
     /// Journals the guest's MAC address as it is now; a failure only loses the MAC's
     /// continuity (a restored guest then gets a fresh one).
-    async fn record_mac(&self, guest_id: &str, vmid: Vmid) {
-        let mac = match self.ops.ct_config(vmid).await {
-            Ok(config) => config.get_str("net0").and_then(|n| hwaddr_of(&n)),
+    async fn record_mac(&self, guest_id: &str, vmid: Vmid, kind: GuestKind) {
+        let read = match kind {
+            GuestKind::Lxc => self
+                .ops
+                .ct_config(vmid)
+                .await
+                .map(|config| config.get_str("net0").and_then(|n| hwaddr_of(&n))),
+            // A VM's `net0` names its MAC as `virtio=<MAC>` (or `macaddr=`).
+            GuestKind::Qemu => self.ops.vm_config(vmid).await.map(|config| {
+                config
+                    .get_str("net0")
+                    .and_then(|n| VmNet::parse(&n).ok())
+                    .and_then(|n| n.macaddr)
+            }),
+        };
+        let mac = match read {
+            Ok(mac) => mac,
             Err(e) => {
                 tracing::warn!(%vmid, error = %error_chain(&e), "could not read the guest's MAC after its backup");
                 None

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::{DesiredState, StorageType};
+use bosun_proto::desired::{DesiredState, GuestKind, StorageType};
 use bosun_pve::{ContentFilter, ContentItem, ContentType, Pve, VolumeId};
 use jiff::Timestamp;
 use tokio::sync::watch;
@@ -91,7 +91,7 @@ impl<P: Pve> HostLossSearch<P> {
         }
         match self.newest(&candidates).await {
             Ok(newest) => self.note(newest).await,
-            Err(reason) => waiting(candidates.iter().copied(), reason),
+            Err(reason) => waiting(candidates.iter().map(|(g, _)| *g), reason),
         }
     }
 
@@ -100,7 +100,7 @@ impl<P: Pve> HostLossSearch<P> {
         &self,
         desired: &DesiredState,
         gone: &BTreeSet<Uuid>,
-    ) -> Result<Vec<Uuid>, String> {
+    ) -> Result<Vec<(Uuid, GuestKind)>, String> {
         let known: BTreeSet<Uuid> = match self.journal.all_provenance().await {
             Ok(records) => records
                 .iter()
@@ -108,13 +108,12 @@ impl<P: Pve> HostLossSearch<P> {
                 .collect(),
             Err(e) => return Err(format!("the journal: {}", error_chain(&e))),
         };
+        // Containers and VMs alike; each archive is proven as its guest's kind (0118, 0121).
         Ok(desired
             .guests
             .iter()
-            // Host loss restores containers; a VM's archive is refused for one (0118).
-            .filter(|g| g.kind == bosun_proto::desired::GuestKind::Lxc)
-            .map(|g| g.guest_id)
-            .filter(|g| !known.contains(g) && !gone.contains(g))
+            .map(|g| (g.guest_id, g.kind))
+            .filter(|(g, _)| !known.contains(g) && !gone.contains(g))
             .collect())
     }
 
@@ -122,7 +121,7 @@ impl<P: Pve> HostLossSearch<P> {
     /// encrypted and whose binding verifies for it; or why the candidates wait.
     async fn newest(
         &self,
-        candidates: &[Uuid],
+        candidates: &[(Uuid, GuestKind)],
     ) -> Result<BTreeMap<Uuid, (u32, BackupSource)>, String> {
         let ring = match self.key.ring() {
             Ok(Some(ring)) => ring,
@@ -182,7 +181,7 @@ impl<P: Pve> HostLossSearch<P> {
     async fn consider(
         &self,
         ring: &PbsKeyring,
-        candidates: &[Uuid],
+        candidates: &[(Uuid, GuestKind)],
         tier: &Tier,
         item: ContentItem,
         newest: &mut BTreeMap<Uuid, (u32, BackupSource)>,
@@ -195,7 +194,14 @@ impl<P: Pve> HostLossSearch<P> {
         let Some(guest_id) = item.notes.as_deref().and_then(guest_of_notes) else {
             return;
         };
-        if !ours || !candidates.contains(&guest_id) {
+        let Some(kind) = candidates
+            .iter()
+            .find(|(g, _)| *g == guest_id)
+            .map(|(_, kind)| *kind)
+        else {
+            return;
+        };
+        if !ours {
             return;
         }
         let Ok(archive) = VolumeId::new(item.volid.clone()) else {
@@ -218,7 +224,7 @@ impl<P: Pve> HostLossSearch<P> {
             return;
         }
         let guest = guest_id.to_string();
-        let verified = match self.prover.check_unrecorded(&guest, &item).await {
+        let verified = match self.prover.check_unrecorded_as(&guest, kind, &item).await {
             Ok(verified) => verified,
             Err(reason) => {
                 self.prover.reject(&guest, &item.volid, &reason).await;

@@ -8,6 +8,7 @@
 //! that drops or reorders tiers cannot make a restore take older data.
 
 use bosun_errchain::error_chain;
+use bosun_proto::desired::GuestKind;
 use bosun_pve::{ContentFilter, ContentType, Pve, StorageId, VolumeId};
 use jiff::Timestamp;
 
@@ -61,6 +62,19 @@ pub async fn newest_on_tier<P: Pve>(
     guest_id: &str,
     tier: &Tier,
 ) -> Result<BackupSource, String> {
+    newest_on_tier_as(pve, journal, prover, (guest_id, GuestKind::Lxc), tier).await
+}
+
+/// [`newest_on_tier`] for a guest of `kind`: each archive is proven as a `kind` guest's
+/// ([`ArchiveProver::check_as`]), so a VM is never restored from a container's archive nor a
+/// container from a VM's.
+pub async fn newest_on_tier_as<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    prover: &ArchiveProver,
+    (guest_id, kind): (&str, GuestKind),
+    tier: &Tier,
+) -> Result<BackupSource, String> {
     let recorded = journal
         .good_archives(
             guest_id.to_owned(),
@@ -91,7 +105,10 @@ pub async fn newest_on_tier<P: Pve>(
         let Ok(volid) = VolumeId::new(good.archive.clone()) else {
             continue;
         };
-        let verified = match prover.check(guest_id, item, good.proof.as_ref()).await {
+        let verified = match prover
+            .check_as(guest_id, kind, item, good.proof.as_ref())
+            .await
+        {
             Ok(verified) => verified,
             Err(reason) => {
                 prover.reject(guest_id, &good.archive, &reason).await;
@@ -135,10 +152,21 @@ pub async fn newest_surviving<P: Pve>(
     guest_id: &str,
     plan: &TierPlan,
 ) -> Result<BackupSource, String> {
+    newest_surviving_as(pve, journal, prover, (guest_id, GuestKind::Lxc), plan).await
+}
+
+/// [`newest_surviving`] for a guest of `kind` (a lost VM's DR proves each archive as a VM's).
+pub async fn newest_surviving_as<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    prover: &ArchiveProver,
+    (guest_id, kind): (&str, GuestKind),
+    plan: &TierPlan,
+) -> Result<BackupSource, String> {
     let mut why = Vec::new();
     let mut best: Option<BackupSource> = None;
     for tier in &plan.tiers {
-        match newest_on_tier(pve, journal, prover, guest_id, tier).await {
+        match newest_on_tier_as(pve, journal, prover, (guest_id, kind), tier).await {
             Ok(source) => {
                 if best.as_ref().is_none_or(|b| source.taken_at > b.taken_at) {
                     best = Some(source);

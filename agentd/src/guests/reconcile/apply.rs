@@ -466,11 +466,13 @@ impl<P: PveQemu + 'static> Applier<P> {
                         .prover
                         .as_ref()
                         .ok_or("no archive prover: archives cannot be checked before a restore")?;
-                    crate::data::recovery::newest_surviving(
+                    // Each archive is proven as one of the guest's kind, right before its
+                    // restore: a VM never comes back from a container's archive (0118, 0121).
+                    crate::data::recovery::newest_surviving_as(
                         &*self.pve,
                         &self.journal,
                         prover,
-                        &guest_id,
+                        (&guest_id, spec.kind),
                         &plan,
                     )
                     .await?

@@ -250,7 +250,10 @@ impl Action {
             Action::Start { .. } => OpKind::Start,
             Action::Stop { .. } => OpKind::Stop,
             Action::DeliverBootstrap { .. } => OpKind::DeliverBootstrap,
-            Action::Recover { .. } => OpKind::Recover,
+            Action::Recover { spec, .. } => match spec.kind {
+                GuestKind::Lxc => OpKind::Recover,
+                GuestKind::Qemu => OpKind::RecoverVm,
+            },
         }
     }
 
@@ -495,10 +498,9 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             {
                 out.findings.push(Finding::Lost { guest_id, vmid });
                 let failures = facts.recover_failures.get(&guest_id).copied().unwrap_or(0);
-                // A VM is restored only by the DR of VMs, which comes with their backups
-                // (decision 0117): until then a lost VM waits, reported, never rebuilt.
-                let wanted = (desired.dr_policy == DrPolicy::Auto || host_loss.is_some())
-                    && spec.kind == GuestKind::Lxc;
+                // A lost VM comes back as a container does, from its own archives proven as
+                // a VM's (decision 0121).
+                let wanted = desired.dr_policy == DrPolicy::Auto || host_loss.is_some();
                 if wanted
                     && failures < facts.restart_limit.max(1)
                     && placeable(desired, spec, &facts.hot_places, &mut out)

@@ -200,7 +200,7 @@ fn an_unguarded_vm_is_guarded_a_locked_one_waits_and_a_dropped_one_is_orphaned()
 }
 
 #[test]
-fn a_lost_vm_is_reported_and_neither_provisioned_nor_restored() {
+fn a_lost_vm_is_reported_and_restored_under_auto_never_provisioned() {
     let lost = Facts {
         lost: [(Uuid::from_u128(1), VMID)].into(),
         ..facts()
@@ -208,7 +208,6 @@ fn a_lost_vm_is_reported_and_neither_provisioned_nor_restored() {
     let mut state = vm_state(Power::Running);
     state.dr_policy = DrPolicy::Auto;
     let got = plan(&state, &[], &lost);
-    assert!(got.actions.is_empty(), "{got:?}");
     assert_eq!(
         got.findings,
         [Finding::Lost {
@@ -216,8 +215,27 @@ fn a_lost_vm_is_reported_and_neither_provisioned_nor_restored() {
             vmid: VMID,
         }]
     );
-    // A container lost the same way is restored (the rule the VM waits out).
-    let mut container = state.clone();
-    container.guests[0].kind = GuestKind::Lxc;
-    assert_eq!(names(&plan(&container, &[], &lost)), ["recover"]);
+    match got.actions.as_slice() {
+        [
+            Action::Recover {
+                spec,
+                lost_vmid,
+                source: None,
+            },
+        ] => {
+            assert_eq!(spec.kind, GuestKind::Qemu);
+            assert_eq!(*lost_vmid, VMID);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Under `manual` it waits for a signed restore-now; after the restart limit of failed
+    // restores it waits too. Never provisioned blank.
+    state.dr_policy = DrPolicy::Manual;
+    assert!(plan(&state, &[], &lost).actions.is_empty());
+    state.dr_policy = DrPolicy::Auto;
+    let failed = Facts {
+        recover_failures: [(Uuid::from_u128(1), lost.restart_limit.max(1))].into(),
+        ..lost.clone()
+    };
+    assert!(plan(&state, &[], &failed).actions.is_empty());
 }

@@ -28,6 +28,8 @@
 //! - `dr_restore`: like `provision`, from the source its `choose_source` step recorded:
 //!   resumed when its guest exists, else closed (or rolled back); a DR closed without its
 //!   guest leaves the guest noted lost, so the next pass restores it afresh.
+//! - `provision_vm` and `dr_restore_vm`: the same, through the VM provisioner (decisions 0114,
+//!   0121).
 //! - reconcile actions (`set_spec`, `grow_rootfs`, `start`, `stop`): closed
 //!   `failed`; the next pass looks again.
 //! - the other kinds have replayers of their own ([`crate::ops::operation::OpKind`] names them).
@@ -84,7 +86,7 @@ pub async fn replay<P: Pve + 'static>(
         };
         let op = OpJournal::resume(journal, unfinished.operation.op_id, kind);
         close_open_step(pve, &op, &unfinished).await;
-        if kind == OpKind::ProvisionVm {
+        if kind == OpKind::ProvisionVm || kind == OpKind::RecoverVm {
             replay_vm(
                 provisioner,
                 &op,
@@ -139,7 +141,7 @@ enum Outcome {
     RolledBack,
 }
 
-/// Replays a `provision_vm` through the VM provisioner ([`super::provision::vm`]); without
+/// Replays a `provision_vm` or a `dr_restore_vm` through the VM provisioner ([`super::provision::vm`]); without
 /// one the operation is left `running` (its VM, if any, untouched) for an agent that has it.
 async fn replay_vm<P: Pve + 'static>(
     provisioner: &Provisioner<P>,
@@ -159,7 +161,13 @@ async fn replay_vm<P: Pve + 'static>(
         .as_deref()
         .and_then(|g| Uuid::parse_str(g).ok())
         .and_then(|g| desired.and_then(|d| d.guests.iter().find(|s| s.guest_id == g)));
-    match vms.replay(op, spec).await {
+    let replayed = if op.kind() == OpKind::RecoverVm {
+        let recovery = recovery_of(op.journal(), op).await;
+        vms.replay_recovery(op, spec, recovery).await
+    } else {
+        vms.replay(op, spec).await
+    };
+    match replayed {
         Ok(true) => summary.resumed += 1,
         Ok(false) => summary.rolled_back += 1,
         Err(reason) => {
@@ -203,10 +211,10 @@ async fn recovery_of(
             retired_key: text("retired_key").map(str::to_owned),
         },
         lost_since: text("lost_since")?.parse().ok()?,
-        trigger: if text("trigger") == Some("job") {
-            "job"
-        } else {
-            "auto"
+        trigger: match text("trigger") {
+            Some("job") => "job",
+            Some("host_loss") => "host_loss",
+            _ => "auto",
         },
     })
 }

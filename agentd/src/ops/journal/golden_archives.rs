@@ -135,7 +135,7 @@ impl Store {
         self.conn
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM operations o WHERE o.status = 'running'
-                    AND (o.kind IN ('provision', 'dr_restore')
+                    AND (o.kind IN ('provision', 'provision_vm', 'dr_restore', 'dr_restore_vm')
                          OR EXISTS (SELECT 1 FROM op_steps s WHERE s.op_id = o.op_id
                                     AND instr(s.detail, ?1) > 0)))",
                 params![volid],

@@ -80,6 +80,7 @@ pub fn customer_visible(kind: OpKind) -> bool {
         | OpKind::Rollback
         | OpKind::RestoreTest
         | OpKind::Recover
+        | OpKind::RecoverVm
         | OpKind::ControllerUpdateJob
         | OpKind::AdoptJob => true,
         OpKind::DeliverBootstrap

@@ -42,12 +42,19 @@ impl<P: Pve + 'static> Provisioner<P> {
     /// a stranger that may be the source still running), hostname, bootstrap and token as
     /// the backup holds them; bulk volumes reattached per the manifest; no controller
     /// redeploy. A failure rolls back what this operation created and leaves the guest lost.
+    /// A `qemu` guest is restored by the VM provisioner instead (decision 0121).
     pub async fn recover(
         &self,
         spec: &GuestSpec,
         recovery: Recovery,
         origin: impl Into<Origin>,
     ) -> Result<Vmid, ProvisionError> {
+        if spec.kind == bosun_proto::desired::GuestKind::Qemu {
+            return self
+                .vms_for(spec)?
+                .recover(spec, recovery, origin.into())
+                .await;
+        }
         let op = self
             .begin(
                 OpKind::Recover,

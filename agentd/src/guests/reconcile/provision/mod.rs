@@ -52,6 +52,7 @@ mod hot;
 mod restore;
 mod steps;
 pub mod vm;
+mod vm_dr;
 mod vm_lookup;
 mod vm_steps;
 

@@ -35,6 +35,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::address::NetPlan;
+use super::dr_restore::Recovery;
 use super::{Bringup, ProvisionError, Provisioner, Reservation, VMID_ATTEMPTS, op_tag};
 use crate::guests::credentials::bootstrap::BootstrapIssuer;
 use crate::ops::journal::{AssignedAddress, OpStatus};
@@ -70,6 +71,22 @@ pub trait VmBringup: Send + Sync + std::fmt::Debug {
         &'a self,
         op: &'a OpJournal,
         spec: Option<&'a GuestSpec>,
+    ) -> BoxFuture<'a, Result<bool, String>>;
+    /// Restores lost VM guest `spec` from its backup (decision 0121); gives its vmid.
+    fn recover<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        recovery: Recovery,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Vmid, ProvisionError>>;
+    /// Replays `op`, a `dr_restore_vm` a crash left running, from `recovery` (what its
+    /// `choose_source` step journaled; `None` if it did not get that far): resumed, rolled
+    /// back, or left for the next start, as [`Self::replay`].
+    fn replay_recovery<'a>(
+        &'a self,
+        op: &'a OpJournal,
+        spec: Option<&'a GuestSpec>,
+        recovery: Option<Recovery>,
     ) -> BoxFuture<'a, Result<bool, String>>;
 }
 
@@ -412,6 +429,33 @@ impl<Q: PveQemu + 'static> VmBringup for VmProvisioner<Q> {
         op: &'a OpJournal,
         spec: Option<&'a GuestSpec>,
     ) -> BoxFuture<'a, Result<bool, String>> {
-        Box::pin(super::vm_lookup::replay(self, op, spec))
+        Box::pin(super::vm_lookup::replay(
+            self,
+            op,
+            spec,
+            super::vm_lookup::Resume::Provision,
+        ))
+    }
+
+    fn recover<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        recovery: Recovery,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Vmid, ProvisionError>> {
+        Box::pin(self.recover_vm(spec, recovery, origin))
+    }
+
+    fn replay_recovery<'a>(
+        &'a self,
+        op: &'a OpJournal,
+        spec: Option<&'a GuestSpec>,
+        recovery: Option<Recovery>,
+    ) -> BoxFuture<'a, Result<bool, String>> {
+        let resume = match recovery {
+            Some(recovery) => super::vm_lookup::Resume::Recover(Box::new(recovery)),
+            None => super::vm_lookup::Resume::Nothing,
+        };
+        Box::pin(super::vm_lookup::replay(self, op, spec, resume))
     }
 }

@@ -200,7 +200,17 @@ pub(super) async fn await_landing<Q: PveQemu>(
     }
 }
 
-/// Replays `op`, a `provision_vm` a crash left running: each vmid it recorded is looked at
+/// How a replayed VM operation goes on once its VM is found.
+pub(super) enum Resume {
+    /// A `provision_vm`: its steps after `restore_vm`.
+    Provision,
+    /// A `dr_restore_vm`: its steps after `restore_vm`, from the source it journaled.
+    Recover(Box<super::dr_restore::Recovery>),
+    /// A `dr_restore_vm` that journaled no source: rolled back.
+    Nothing,
+}
+
+/// Replays `op`, a `provision_vm` (or `dr_restore_vm`, as `resume` says) a crash left running: each vmid it recorded is looked at
 /// (a restore whose answer never arrived watched for its landing window first); one carrying
 /// its tag is its VM, every other row is forgotten. No VM: the operation closes
 /// `compensated` (the next pass provisions afresh). Its VM, its restore not failed and the
@@ -210,6 +220,7 @@ pub(super) async fn replay<Q: PveQemu + 'static>(
     vms: &VmProvisioner<Q>,
     op: &OpJournal,
     spec: Option<&GuestSpec>,
+    resume: Resume,
 ) -> Result<bool, String> {
     let pve = &*vms.base.pve;
     let journal = op.journal();
@@ -276,9 +287,15 @@ pub(super) async fn replay<Q: PveQemu + 'static>(
     };
     let restore_failed =
         last_restore.is_some_and(|s| s.state == StepState::Failed && s.upid.is_some());
-    match spec {
-        Some(spec) if !restore_failed => {
+    match (spec, resume) {
+        (Some(spec), Resume::Provision) if !restore_failed => {
             vms.drive(op, spec, Some(vmid))
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Ok(true)
+        }
+        (Some(spec), Resume::Recover(recovery)) if !restore_failed => {
+            vms.drive_recovery(op, spec, Some(vmid), &recovery)
                 .await
                 .map_err(|e| error_chain(&e))?;
             Ok(true)
