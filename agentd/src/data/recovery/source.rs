@@ -8,6 +8,7 @@
 //! that drops or reorders tiers cannot make a restore take older data.
 
 use bosun_errchain::error_chain;
+use bosun_proto::desired::GuestKind;
 use bosun_pve::{ContentFilter, ContentType, Pve, StorageId, VolumeId};
 use jiff::Timestamp;
 
@@ -61,6 +62,19 @@ pub async fn newest_on_tier<P: Pve>(
     guest_id: &str,
     tier: &Tier,
 ) -> Result<BackupSource, String> {
+    newest_on_tier_as(pve, journal, prover, guest_id, tier, GuestKind::Lxc).await
+}
+
+/// [`newest_on_tier`] for a restore into a guest of `kind`: an archive of the other kind
+/// fails its proof ([`ArchiveProver::check_as`]).
+pub async fn newest_on_tier_as<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    prover: &ArchiveProver,
+    guest_id: &str,
+    tier: &Tier,
+    kind: GuestKind,
+) -> Result<BackupSource, String> {
     let recorded = journal
         .good_archives(
             guest_id.to_owned(),
@@ -91,7 +105,10 @@ pub async fn newest_on_tier<P: Pve>(
         let Ok(volid) = VolumeId::new(good.archive.clone()) else {
             continue;
         };
-        let verified = match prover.check(guest_id, item, good.proof.as_ref()).await {
+        let verified = match prover
+            .check_as(guest_id, kind, item, good.proof.as_ref())
+            .await
+        {
             Ok(verified) => verified,
             Err(reason) => {
                 prover.reject(guest_id, &good.archive, &reason).await;
@@ -135,10 +152,22 @@ pub async fn newest_surviving<P: Pve>(
     guest_id: &str,
     plan: &TierPlan,
 ) -> Result<BackupSource, String> {
+    newest_surviving_as(pve, journal, prover, guest_id, plan, GuestKind::Lxc).await
+}
+
+/// [`newest_surviving`] for a restore into a guest of `kind`.
+pub async fn newest_surviving_as<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    prover: &ArchiveProver,
+    guest_id: &str,
+    plan: &TierPlan,
+    kind: GuestKind,
+) -> Result<BackupSource, String> {
     let mut why = Vec::new();
     let mut best: Option<BackupSource> = None;
     for tier in &plan.tiers {
-        match newest_on_tier(pve, journal, prover, guest_id, tier).await {
+        match newest_on_tier_as(pve, journal, prover, guest_id, tier, kind).await {
             Ok(source) => {
                 if best.as_ref().is_none_or(|b| source.taken_at > b.taken_at) {
                     best = Some(source);
@@ -167,6 +196,19 @@ pub async fn named_archive<P: Pve>(
     volid: &VolumeId,
     tier: u32,
 ) -> Result<BackupSource, String> {
+    named_archive_as(pve, journal, prover, guest_id, volid, tier, GuestKind::Lxc).await
+}
+
+/// [`named_archive`] for a restore into a guest of `kind`.
+pub async fn named_archive_as<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    prover: &ArchiveProver,
+    guest_id: &str,
+    volid: &VolumeId,
+    tier: u32,
+    kind: GuestKind,
+) -> Result<BackupSource, String> {
     let storage = StorageId::new(volid.storage().to_owned()).map_err(|e| e.to_string())?;
     let recorded = journal
         .good_archives(guest_id.to_owned(), storage.as_str().to_owned(), CANDIDATES)
@@ -193,7 +235,10 @@ pub async fn named_archive<P: Pve>(
         .iter()
         .find(|i| i.volid == volid.as_str())
         .ok_or_else(|| format!("{volid} is no longer on {storage}"))?;
-    let verified = match prover.check(guest_id, item, good.proof.as_ref()).await {
+    let verified = match prover
+        .check_as(guest_id, kind, item, good.proof.as_ref())
+        .await
+    {
         Ok(verified) => verified,
         Err(reason) => {
             prover.reject(guest_id, volid.as_str(), &reason).await;
