@@ -191,7 +191,9 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                 let mut st = shared.state.lock();
                 for volid in &overwritten {
                     st.remove_volume(volid);
-                    t.log(format!("  Logical volume \"{volid}\" successfully removed."));
+                    t.log(format!(
+                        "  Logical volume \"{volid}\" successfully removed."
+                    ));
                 }
             }
             t.log(format!(

@@ -739,7 +739,9 @@ async fn a_forced_restore_overwrites_a_stopped_vm_and_only_a_stopped_one() {
         ("force", "1"),
     ];
     // Without force the vmid is taken.
-    let r = sim.call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced[..3]).await;
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced[..3])
+        .await;
     assert_eq!(r.status, 500);
     assert_eq!(
         r.message(),
@@ -747,7 +749,9 @@ async fn a_forced_restore_overwrites_a_stopped_vm_and_only_a_stopped_one() {
     );
     // A running VM is never overwritten.
     start_vm(&sim, 303).await;
-    let r = sim.call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced).await;
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced)
+        .await;
     assert_eq!(r.status, 500);
     assert_eq!(
         r.message(),
@@ -758,7 +762,9 @@ async fn a_forced_restore_overwrites_a_stopped_vm_and_only_a_stopped_one() {
         .await;
     assert_eq!(sim.wait(&r.upid()).await, "OK");
     let before = sim.handle.vm_config(303).unwrap();
-    let r = sim.call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced).await;
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced)
+        .await;
     assert_eq!(sim.wait(&r.upid()).await, "OK");
     let after = sim.handle.vm_config(303).unwrap();
     assert!(!after.contains_key("lock"), "{after:?}");

@@ -16,11 +16,11 @@ use crate::data::backup::ArchiveProver;
 use crate::data::backup::tiers::TierPlan;
 use crate::data::desired::DesiredSnapshot;
 use crate::data::recovery::{BackupSource, named_archive_as, newest_surviving_as};
-use bosun_proto::desired::GuestKind;
 use crate::guests::reconcile::provision::{Provisioner, Recovery};
 use crate::ops::journal::JournalHandle;
 use crate::ops::operation::OpJournal;
 use crate::ops::operation::StepName;
+use bosun_proto::desired::GuestKind;
 
 /// The parts a `restore-now` needs beyond Proxmox and the journal.
 #[derive(Debug)]

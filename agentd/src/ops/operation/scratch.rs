@@ -49,7 +49,10 @@ pub async fn scratch_vmid_as<P: Pve>(
         let offered = op.call(StepName::NextId, json!({}), pve.next_id()).await?;
         let candidate =
             Vmid::new(offered.get().max(floor)).map_err(|e| other(op, "next_id", e.to_string()))?;
-        match journal.record_scratch(op.op_id(), candidate.get(), kind).await {
+        match journal
+            .record_scratch(op.op_id(), candidate.get(), kind)
+            .await
+        {
             Ok(()) => return Ok(candidate),
             Err(JournalError::VmidAlreadyRecorded { .. }) => {
                 floor = candidate.get().saturating_add(1);

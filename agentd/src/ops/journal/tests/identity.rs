@@ -5,7 +5,9 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, _) = open(&dir);
     let op = store.begin_operation(&provision()).unwrap();
-    store.record_created(op, 101, Some("g-1"), bosun_proto::desired::GuestKind::Lxc).unwrap();
+    store
+        .record_created(op, 101, Some("g-1"), bosun_proto::desired::GuestKind::Lxc)
+        .unwrap();
     let row = store.provenance(101).unwrap().unwrap();
     assert_eq!(row.identity(), identity_tag(op));
     assert!(row.identity().starts_with("bosun-op-"));
@@ -60,7 +62,13 @@ fn an_adoption_is_recorded_with_its_bootstrap_choice_and_taken_back_whole() {
     };
     let op = adopt(&mut store);
     store
-        .record_adopted(op, 120, "g-adopted", AdoptedAs::WithoutBootstrap, bosun_proto::desired::GuestKind::Lxc)
+        .record_adopted(
+            op,
+            120,
+            "g-adopted",
+            AdoptedAs::WithoutBootstrap,
+            bosun_proto::desired::GuestKind::Lxc,
+        )
         .unwrap();
     let row = store.provenance(120).unwrap().unwrap();
     assert_eq!(row.identity(), identity_tag(op));
@@ -79,16 +87,35 @@ fn an_adoption_is_recorded_with_its_bootstrap_choice_and_taken_back_whole() {
         Err(JournalError::VmidAlreadyRecorded { created_by_op, .. }) if created_by_op == op
     ));
     assert!(matches!(
-        store.record_adopted(again, 121, "g-adopted", AdoptedAs::WithBootstrap, bosun_proto::desired::GuestKind::Lxc),
+        store.record_adopted(
+            again,
+            121,
+            "g-adopted",
+            AdoptedAs::WithBootstrap,
+            bosun_proto::desired::GuestKind::Lxc
+        ),
         Err(JournalError::GuestIdAlreadyRecorded { vmid: 120, .. })
     ));
 
     // A created guest is not adopted; a failed adoption leaves nothing behind.
     let created = store.begin_operation(&provision()).unwrap();
-    store.record_created(created, 101, Some("g-1"), bosun_proto::desired::GuestKind::Lxc).unwrap();
+    store
+        .record_created(
+            created,
+            101,
+            Some("g-1"),
+            bosun_proto::desired::GuestKind::Lxc,
+        )
+        .unwrap();
     assert_eq!(store.provenance(101).unwrap().unwrap().adopted(), None);
     store
-        .record_adopted(again, 122, "g-with", AdoptedAs::WithBootstrap, bosun_proto::desired::GuestKind::Lxc)
+        .record_adopted(
+            again,
+            122,
+            "g-with",
+            AdoptedAs::WithBootstrap,
+            bosun_proto::desired::GuestKind::Lxc,
+        )
         .unwrap();
     assert_eq!(
         store.provenance(122).unwrap().unwrap().adopted(),
@@ -98,7 +125,13 @@ fn an_adoption_is_recorded_with_its_bootstrap_choice_and_taken_back_whole() {
     assert!(store.provenance(122).unwrap().is_none());
     let fresh = adopt(&mut store);
     store
-        .record_adopted(fresh, 123, "g-with", AdoptedAs::WithoutBootstrap, bosun_proto::desired::GuestKind::Lxc)
+        .record_adopted(
+            fresh,
+            123,
+            "g-with",
+            AdoptedAs::WithoutBootstrap,
+            bosun_proto::desired::GuestKind::Lxc,
+        )
         .unwrap();
     assert_eq!(
         store.provenance(123).unwrap().unwrap().adopted(),
@@ -190,10 +223,16 @@ fn a_lost_guest_is_recovered_only_as_its_own_kind() {
         .record_recovered(dr, "g-1", 201, 301, GuestKind::Lxc)
         .unwrap_err();
     assert!(matches!(err, JournalError::KindChanged { .. }), "{err:?}");
-    assert_eq!(store.provenance(201).unwrap().unwrap().kind(), GuestKind::Qemu);
+    assert_eq!(
+        store.provenance(201).unwrap().unwrap().kind(),
+        GuestKind::Qemu
+    );
     assert!(store.provenance(301).unwrap().is_none());
     store
         .record_recovered(dr, "g-1", 201, 301, GuestKind::Qemu)
         .unwrap();
-    assert_eq!(store.provenance(301).unwrap().unwrap().kind(), GuestKind::Qemu);
+    assert_eq!(
+        store.provenance(301).unwrap().unwrap().kind(),
+        GuestKind::Qemu
+    );
 }
