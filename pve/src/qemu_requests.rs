@@ -389,6 +389,9 @@ pub struct VmRestoreRequest {
     pub pool: Option<PoolId>,
     /// Start the VM when the restore has finished.
     pub start: bool,
+    /// Overwrite the stopped VM that holds `vmid` (`force=1`): qemu-server destroys its disks
+    /// and replaces its config with the archive's, keeping its pool membership.
+    pub force: bool,
     /// Overrides of the archive's config (cloud-init identity, size, network).
     pub options: VmOptions,
 }
@@ -403,6 +406,7 @@ impl VmRestoreRequest {
             unique: true,
             pool: None,
             start: false,
+            force: false,
             options: VmOptions::default(),
         }
     }
@@ -421,6 +425,9 @@ impl VmRestoreRequest {
         }
         if self.start {
             p.push(("start".into(), "1".into()));
+        }
+        if self.force {
+            p.push(("force".into(), "1".into()));
         }
         self.options.push_params(op, &mut p)?;
         Ok(p)

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
-use agent_support::vm::{POOL, append_config, desired_of, vm_golden, vm_restores};
+use agent_support::vm::{POOL, append_config, calls, desired_of, vm_golden, vm_restores};
 
 use std::time::Duration;
 
@@ -188,47 +188,175 @@ async fn a_decommission_naming_a_foreign_vms_vmid_destroys_nothing() {
     stack.stop().await;
 }
 
+/// The overwriting VM restores (`POST /nodes/pve/qemu` with `force=1`) that reached Proxmox,
+/// as `(vmid, archive)`.
+fn vm_overwrites(sim: &SimHandle) -> Vec<(String, String)> {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/nodes/pve/qemu")
+        .filter(|r| r.params.iter().any(|(k, v)| k == "force" && v == "1"))
+        .map(|r| {
+            let get = |key: &str| {
+                r.params
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            (get("vmid"), get("archive"))
+        })
+        .collect()
+}
+
+impl OneVm {
+    /// Runs a signed job of `kind` on `guest` at `vmid` with `params`; gives its result.
+    async fn job(&self, kind: &str, guest: Uuid, vmid: u32, params: &[&str]) -> (Uuid, Value) {
+        let (host, guest, vmid) = (self.host.to_string(), guest.to_string(), vmid.to_string());
+        let mut args = vec![
+            "--kind", kind, "--host", &host, "--guest", &guest, "--vmid", &vmid,
+        ];
+        for param in params {
+            args.extend_from_slice(&["--param", param]);
+        }
+        let job = submit(&self.hub, &self.operator, self.files.dir.path(), &args).await;
+        (job, job_result(&self.hub, self.host, job).await)
+    }
+
+    /// A signed `force-backup` of `guest` at `vmid`: its archive.
+    async fn force_backup(&self, guest: Uuid, vmid: u32) -> String {
+        let (_, result) = self.job("force-backup", guest, vmid, &[]).await;
+        assert_eq!(result["outcome"], "succeeded", "{result}");
+        result["output"]["volid"].as_str().unwrap().to_owned()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restore_now_over_a_vm_is_refused_until_vm_archives_are_proven() {
+async fn a_vm_is_backed_up_by_a_signed_job_and_restored_over_itself_once() {
     let stack = OneVm::start().await;
     let (sim, guest, vmid) = (&stack.sim, stack.guest, stack.vmid);
-    // The reconciler sizes the new VM as desired (1024 MiB, the base has 2048) first, so
-    // what is compared below changes only by the job.
-    eventually(
-        Duration::from_secs(30),
-        "the vm is sized as desired",
-        || async move {
-            sim.vm_config(vmid)
-                .is_some_and(|c| c.get("memory").map(String::as_str) == Some("1024"))
-        },
+
+    // force-backup: a VM archive, vzdump's freeze through the guest agent, the config
+    // naming its guest before the vzdump.
+    let (_, result) = stack.job("force-backup", guest, vmid, &[]).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(result["output"]["kind"], "qemu", "{result}");
+    let volid = result["output"]["volid"].as_str().unwrap().to_owned();
+    assert!(
+        volid.starts_with(&format!("local:backup/vzdump-qemu-{vmid}-")),
+        "{volid}"
+    );
+    assert!(
+        !sim.vm_backup_freezes(vmid).is_empty(),
+        "no freeze recorded"
+    );
+    assert_eq!(sim.vm_frozen(vmid), Some(false), "left frozen");
+    let tag = format!("bosun-guest-{}", guest.simple());
+    let tagged = |sim: &SimHandle| {
+        sim.vm_config(vmid)
+            .unwrap()
+            .get("tags")
+            .is_some_and(|t| t.split(';').any(|x| x == tag))
+    };
+    assert!(tagged(sim), "{:?}", sim.vm_config(vmid));
+
+    // restore-now over the VM from that archive: one qmrestore with force=1 at its own vmid,
+    // and it runs again, still carrying its identity and its guest's tag.
+    sim.clear_requests();
+    let param = format!("backup={volid}");
+    let (job, result) = stack.job("restore-now", guest, vmid, &[&param]).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(result["output"]["kind"], "qemu", "{result}");
+    assert_eq!(
+        vm_overwrites(sim),
+        vec![(vmid.to_string(), volid.clone())],
+        "{:?}",
+        calls(sim)
+    );
+    let container_restores = sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/nodes/pve/lxc")
+        .count();
+    assert_eq!(container_restores, 0);
+    assert_eq!(sim.vm_running(vmid), Some(true));
+    assert!(tagged(sim), "{:?}", sim.vm_config(vmid));
+    let destroys: Vec<_> = destructive(sim)
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .collect();
+    assert!(destroys.is_empty(), "{destroys:?}");
+    // The job's steps, from the journal: stopped, checked, restored, started again.
+    let audit = stack
+        .agent
+        .handles
+        .journal
+        .audit_since(0, 1000)
+        .await
+        .unwrap();
+    let op_id = audit
+        .iter()
+        .find(|e| {
+            e.event.event == "job.finished" && e.event.job_id.as_deref() == Some(&job.to_string())
+        })
+        .and_then(|e| e.event.op_id)
+        .expect("the restore's operation is audited");
+    let steps = stack.agent.handles.journal.steps(op_id).await.unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "accepted",
+            "stop",
+            "check_bootstrap",
+            "restore_overwrite",
+            "start"
+        ]
+    );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_now_over_a_vm_from_a_containers_or_another_vms_archive_restores_nothing() {
+    let stack = OneVm::start().await;
+    let (sim, hub, host, guest, vmid) =
+        (&stack.sim, &stack.hub, stack.host, stack.guest, stack.vmid);
+    // Another customer's VM and a container beside it, each backed up by a signed job.
+    let (other, container) = (Uuid::new_v4(), Uuid::new_v4());
+    let ct_golden = agent_support::signing::signed_golden(
+        &sim.endpoint().golden_volid,
+        &sim.endpoint().golden_sha256,
+    );
+    hub.put_desired(
+        host,
+        &desired_of(&[
+            (guest, "vm-shop", GuestKind::Qemu, stack.golden.clone()),
+            (other, "vm-other", GuestKind::Qemu, stack.golden.clone()),
+            (container, "ct-shop", GuestKind::Lxc, ct_golden),
+        ]),
     )
     .await;
+    let other_vmid = running_vmid(&stack.agent.handles.reconcile, other).await;
+    let ct_vmid = running_vmid(&stack.agent.handles.reconcile, container).await;
+    let other_archive = stack.force_backup(other, other_vmid).await;
+    let ct_archive = stack.force_backup(container, ct_vmid).await;
+    assert!(ct_archive.contains("vzdump-lxc-"), "{ct_archive}");
     let before = sim.vm_config(vmid).unwrap();
     sim.clear_requests();
-    let (host_s, guest_s, vmid_s) = (stack.host.to_string(), guest.to_string(), vmid.to_string());
-    let backup = format!("backup=local:backup/vzdump-qemu-{vmid}-2026_01_01-00_00_00.vma.zst");
-    let args = [
-        "--kind",
-        "restore-now",
-        "--param",
-        &backup,
-        "--host",
-        &host_s,
-        "--guest",
-        &guest_s,
-        "--vmid",
-        &vmid_s,
-    ];
-    let job = submit(&stack.hub, &stack.operator, stack.files.dir.path(), &args).await;
-    let result = job_result(&stack.hub, stack.host, job).await;
-    assert_eq!(result["outcome"], "failed", "{result}");
-    assert!(
-        result["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("does not act on a VM yet")),
-        "{result}"
-    );
-    // Nothing was overwritten, stopped or destroyed.
+
+    for archive in [&ct_archive, &other_archive] {
+        let param = format!("backup={archive}");
+        let (_, result) = stack.job("restore-now", guest, vmid, &[&param]).await;
+        // Not one of this guest's own journaled backups: refused before any Proxmox read.
+        assert_eq!(result["outcome"], "failed", "{result}");
+        assert!(
+            result["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(archive.as_str()) && d.contains("not one of")),
+            "{result}"
+        );
+    }
+    // Nothing was restored, stopped or destroyed: the archives were refused before.
+    assert!(vm_restores(sim).is_empty(), "{:?}", vm_restores(sim));
     assert!(destructive(sim).is_empty(), "{:?}", destructive(sim));
     let stops = format!("/nodes/pve/qemu/{vmid}/status/stop");
     assert!(

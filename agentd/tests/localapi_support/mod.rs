@@ -500,7 +500,12 @@ pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32
         .await
         .unwrap();
     journal
-        .record_created(op, vmid, Some(guest_id.to_owned()))
+        .record_created(
+            op,
+            vmid,
+            Some(guest_id.to_owned()),
+            bosun_proto::desired::GuestKind::Lxc,
+        )
         .await
         .unwrap();
     journal

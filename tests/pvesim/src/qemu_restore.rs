@@ -41,11 +41,10 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
     let pool = ctx.get("pool").map(str::to_owned);
     let storage = ctx.get("storage").unwrap_or("local").to_owned();
     let values = config_values(ctx, OWN);
-    if ctx.flag("force") {
-        return Err(ApiError::not_implemented(
-            "the simulator does not restore over an existing VM (force=1)".to_owned(),
-        ));
-    }
+    // `force=1` restores over the stopped VM at `vmid` (qemu-server's `restore_vma_archive`
+    // destroys its disks and keeps an empty config, its pool membership kept).
+    let force = ctx.flag("force");
+    let exists = ctx.shared.state.lock().vms.contains_key(&vmid);
     let (archive_conf, archive_files, unreadable) = {
         let st = ctx.shared.state.lock();
         if let Some(p) = &pool
@@ -59,7 +58,9 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
         let on_pool = pool
             .as_deref()
             .is_some_and(|p| ctx.has(&format!("/pool/{p}"), "VM.Allocate"));
-        if !on_vm && !on_pool {
+        // qemu-server: "OK: user has VM.Backup permissions, and want to restore an existing VM".
+        let may_backup = force && exists && ctx.has(&format!("/vms/{vmid}"), "VM.Backup");
+        if !on_vm && !on_pool && !may_backup {
             return Err(plain_perm_failure());
         }
         for key in values.keys() {
@@ -133,9 +134,32 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
         .flock_qemu(vmid, CREATE_WAIT)
         .await
         .map_err(|m| ApiError::internal(&format!("unable to restore VM {vmid} - {m}")))?;
-    {
+    let overwritten = {
         let mut st = ctx.shared.state.lock();
-        if st.vmid_taken(vmid) {
+        if force && let Some(vm) = st.vms.get_mut(&vmid) {
+            let refused = |why: &str| {
+                Err(ApiError::internal(&format!(
+                    "unable to restore VM {vmid} - {why}"
+                )))
+            };
+            if vm.running() {
+                return refused(&format!("VM {vmid} is running"));
+            }
+            if vm.conf.get("template").is_some_and(|t| t == "1") {
+                return refused(&format!("VM {vmid} is a template"));
+            }
+            if vm.conf.get("protection").is_some_and(|p| p == "1") {
+                return refused("protection mode enabled");
+            }
+            if let Err(m) = vm.check_lock() {
+                return refused(&m);
+            }
+            let old = vm.volumes();
+            vm.conf = Conf::new();
+            vm.conf.insert("lock".into(), "restore".into());
+            vm.snapshots.clear();
+            old
+        } else if st.vmid_taken(vmid) {
             let kind = if st.guests.contains_key(&vmid) {
                 "CT"
             } else {
@@ -145,11 +169,13 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                 "unable to restore VM {vmid} - {kind} {vmid} already exists on node '{}'",
                 ctx.node()
             )));
+        } else {
+            let mut conf = Conf::new();
+            conf.insert("lock".into(), "create".into());
+            st.vms.insert(vmid, Vm::new(conf));
+            Vec::new()
         }
-        let mut conf = Conf::new();
-        conf.insert("lock".into(), "create".into());
-        st.vms.insert(vmid, Vm::new(conf));
-    }
+    };
     let shared = ctx.shared.clone();
     let unique = ctx.flag("unique");
     let start = ctx.flag("start");
@@ -161,6 +187,15 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
         "command 'vma extract' failed: exit code 133".to_owned(),
         move |t| async move {
             let _flock = flock;
+            if !overwritten.is_empty() {
+                let mut st = shared.state.lock();
+                for volid in &overwritten {
+                    st.remove_volume(volid);
+                    t.log(format!(
+                        "  Logical volume \"{volid}\" successfully removed."
+                    ));
+                }
+            }
             t.log(format!(
                 "restore vma archive: zstd -q -d -c {archive} | vma extract -v -r /var/tmp/vzdumptmp{vmid}.fifo - /var/tmp/vzdumptmp{vmid}"
             ));

@@ -801,3 +801,54 @@ async fn a_device_named_without_a_mac_gets_one_and_a_new_mac_is_a_new_cloud_init
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(sim.handle.vm_instance_id(320).unwrap(), instance);
 }
+
+#[tokio::test]
+async fn a_forced_restore_overwrites_a_stopped_vm_and_only_a_stopped_one() {
+    let sim = start().await;
+    restore_vm(&sim, &sim.root(), 303, "").await;
+    let archive = sim.handle.add_vm_golden();
+    let forced = [
+        ("vmid", "303"),
+        ("archive", archive.as_str()),
+        ("storage", "local-lvm"),
+        ("force", "1"),
+    ];
+    // Without force the vmid is taken.
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced[..3])
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "unable to restore VM 303 - VM 303 already exists on node 'pve'\n"
+    );
+    // A running VM is never overwritten.
+    start_vm(&sim, 303).await;
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced)
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "unable to restore VM 303 - VM 303 is running\n"
+    );
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/qemu/303/status/stop", &[])
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    let before = sim.handle.vm_config(303).unwrap();
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/qemu", &forced)
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    let after = sim.handle.vm_config(303).unwrap();
+    assert!(!after.contains_key("lock"), "{after:?}");
+    assert!(after.contains_key("scsi0"), "{after:?}");
+    // Without unique=1 the restore keeps the archive's MAC.
+    assert!(
+        after["net0"].contains("BC:24:11:5E:A1:08"),
+        "{after:?} (was {before:?})"
+    );
+    assert_eq!(sim.handle.vm_running(303), Some(false));
+    sim.handle.shutdown().await;
+}

@@ -13,6 +13,6 @@ pub mod source;
 
 pub use identity::{IdentityPlan, Scenario, identity_for};
 pub use source::{
-    BackupSource, named_archive, newest_on_tier, newest_on_tier_as, newest_surviving,
-    newest_surviving_as,
+    BackupSource, named_archive, named_archive_as, newest_on_tier, newest_on_tier_as,
+    newest_surviving, newest_surviving_as,
 };

@@ -195,6 +195,19 @@ pub async fn named_archive<P: Pve>(
     volid: &VolumeId,
     tier: u32,
 ) -> Result<BackupSource, String> {
+    named_archive_as(pve, journal, prover, guest_id, volid, tier, GuestKind::Lxc).await
+}
+
+/// [`named_archive`] for a restore into a guest of `kind`.
+pub async fn named_archive_as<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    prover: &ArchiveProver,
+    guest_id: &str,
+    volid: &VolumeId,
+    tier: u32,
+    kind: GuestKind,
+) -> Result<BackupSource, String> {
     let storage = StorageId::new(volid.storage().to_owned()).map_err(|e| e.to_string())?;
     let recorded = journal
         .good_archives(guest_id.to_owned(), storage.as_str().to_owned(), CANDIDATES)
@@ -221,7 +234,10 @@ pub async fn named_archive<P: Pve>(
         .iter()
         .find(|i| i.volid == volid.as_str())
         .ok_or_else(|| format!("{volid} is no longer on {storage}"))?;
-    let verified = match prover.check(guest_id, item, good.proof.as_ref()).await {
+    let verified = match prover
+        .check_as(guest_id, kind, item, good.proof.as_ref())
+        .await
+    {
         Ok(verified) => verified,
         Err(reason) => {
             prover.reject(guest_id, volid.as_str(), &reason).await;

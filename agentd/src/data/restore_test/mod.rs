@@ -305,23 +305,26 @@ impl<P: Pve + 'static> RestoreTester<P> {
             .last_restore_tests()
             .await
             .map_err(|e| error_chain(&e))?;
-        let ours: BTreeSet<String> = self
+        // The guests the agent created, with the kind it recorded (decision 0123): desired
+        // state calling a container a VM never takes its restore tests away.
+        let ours: BTreeMap<String, bosun_proto::desired::GuestKind> = self
             .journal
             .all_provenance()
             .await
             .map_err(|e| error_chain(&e))?
             .into_iter()
             .filter(|p| !p.is_scratch())
-            .filter_map(|p| p.guest_id().map(str::to_owned))
+            .filter_map(|p| Some((p.guest_id()?.to_owned(), p.kind())))
             .collect();
         let interval = jiff::SignedDuration::from_hours(i64::from(policy.interval_days) * 24);
         let mut due: Vec<(Option<Timestamp>, &bosun_proto::desired::GuestSpec)> = desired
             .guests
             .iter()
-            .filter(|g| ours.contains(&g.guest_id.to_string()))
             // The tester restores into a scratch container; a VM's archive is refused for
             // one (decision 0118), so VMs are not offered to it.
-            .filter(|g| g.kind == bosun_proto::desired::GuestKind::Lxc)
+            .filter(|g| {
+                ours.get(&g.guest_id.to_string()) == Some(&bosun_proto::desired::GuestKind::Lxc)
+            })
             .filter_map(|g| {
                 let last = tests
                     .iter()

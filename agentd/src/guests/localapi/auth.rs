@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use bosun_proto::desired::GuestKind;
 use bosun_pve::Vmid;
 use parking_lot::Mutex;
 use secrecy::SecretString;
@@ -48,6 +49,8 @@ pub struct Caller {
     pub guest_id: String,
     /// Its vmid.
     pub vmid: Vmid,
+    /// Its kind, as the journal recorded it when the agent created the guest (decision 0123).
+    pub kind: GuestKind,
 }
 
 impl Caller {
@@ -56,8 +59,7 @@ impl Caller {
         GuestRef {
             guest_id: self.guest_id.clone(),
             vmid: self.vmid,
-            // The local API serves containers' controllers.
-            kind: bosun_proto::desired::GuestKind::Lxc,
+            kind: self.kind,
         }
     }
 
@@ -95,6 +97,19 @@ impl FromRequestParts<LocalApi> for Caller {
             })?
             .ok_or(ApiError::Unauthorized)?;
         let vmid = Vmid::new(owner.vmid).map_err(|_| ApiError::Unauthorized)?;
+        // The guest's kind is the one the agent recorded for it at its vmid, never the hub's
+        // word; a token with no such record (none is minted without one) is a container's.
+        let kind = api
+            .inner
+            .journal
+            .provenance(owner.vmid)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "provenance lookup failed");
+                ApiError::Unavailable { what: "journal" }
+            })?
+            .filter(|p| p.guest_id() == Some(owner.guest_id.as_str()))
+            .map_or(GuestKind::Lxc, |p| p.kind());
         // The connection belongs to this guest from now on: its address is learned for the
         // guest and the connection counted in the guest's slots (`slots.rs`).
         if let Some(slot) = parts.extensions.get::<super::ConnSlot>() {
@@ -104,6 +119,7 @@ impl FromRequestParts<LocalApi> for Caller {
         Ok(Caller {
             guest_id: owner.guest_id,
             vmid,
+            kind,
         })
     }
 }
@@ -314,6 +330,7 @@ mod tests {
         let caller = Caller {
             guest_id: "0195a0e0-0000-7000-8000-000000000001".to_owned(),
             vmid: Vmid::new(101).unwrap(),
+            kind: GuestKind::Lxc,
         };
         assert!(caller.is_own_vmid("101"));
         assert!(!caller.is_own_vmid("102"));

@@ -310,7 +310,14 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
         let detail = json!({ "vmid": vmid, "guest_id": guest_id });
         let write = async {
             match journal
-                .record_adopted(op_id, vmid, guest_id.clone(), adopted)
+                .record_adopted(
+                    op_id,
+                    vmid,
+                    guest_id.clone(),
+                    adopted,
+                    // `adopt_check` adopts containers only (decision 0073).
+                    bosun_proto::desired::GuestKind::Lxc,
+                )
                 .await
             {
                 Err(JournalError::VmidAlreadyRecorded { created_by_op, .. })

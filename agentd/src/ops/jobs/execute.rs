@@ -3,6 +3,7 @@
 //! first, every Proxmox call journaled as a step.
 
 use bosun_errchain::error_chain;
+use bosun_proto::desired::GuestKind;
 use bosun_pve::{
     GuestStatus, Op, Pve, PveQemu, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest,
 };
@@ -113,13 +114,17 @@ async fn verify_target<P: Pve + PveQemu>(
         Held::Stranger(_) => Err(mismatch(
             "it does not carry the identity written when the guest was created",
         )),
+        // The journal recorded the guest's kind when it created it (decision 0123).
+        Held::Ours(machine) if machine.kind() != provenance.kind() => Err(mismatch(
+            "the guest there is not the kind the journal recorded for it",
+        )),
         Held::Ours(machine) => Ok(Some((identity, Some(machine)))),
         Held::Nobody => Ok(Some((identity, None))),
     }
 }
 
 /// When the backup archive was written (its `ctime` in the storage listing), if known.
-async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
+pub(super) async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
     let storage = StorageId::new(archive.storage().to_owned()).ok()?;
     let filter = bosun_pve::ContentFilter {
         content: Some(bosun_pve::ContentType::Backup),
@@ -189,7 +194,7 @@ async fn record_backup(
 }
 
 /// The storage the job names, else `default`.
-fn storage_of(job: &GuestAccepted, default: StorageId) -> Result<StorageId, JobError> {
+pub(super) fn storage_of(job: &GuestAccepted, default: StorageId) -> Result<StorageId, JobError> {
     match &job.storage {
         Some(s) => Ok(StorageId::new(s.clone())?),
         None => Ok(default),
@@ -214,6 +219,15 @@ async fn restore<P: Pve + PveQemu + 'static>(
         recovery,
     } = work;
     let lost = super::restore_now::lost_note(journal, job.guest_id).await?;
+    if let Some((lost_vmid, _)) = lost
+        && recorded_kind(journal, lost_vmid).await? == Some(GuestKind::Qemu)
+    {
+        // A lost VM is brought back by the DR of VMs, not by a container's DR.
+        return Err(JobError::NotForVm {
+            vmid,
+            kind: job.kind.as_str(),
+        });
+    }
     if let Some((lost_vmid, lost_since)) = lost {
         // Lost: nothing to overwrite; the guest is brought back by DR.
         let recovery = recovery.ok_or(JobError::NotSetUp {
@@ -235,10 +249,17 @@ async fn restore<P: Pve + PveQemu + 'static>(
             });
         }
         Some((_, Some(Machine::Vm))) => {
-            return Err(JobError::NotForVm {
-                vmid,
-                kind: job.kind.as_str(),
-            });
+            let work = GuestWork {
+                pve,
+                journal,
+                op,
+                job,
+                authority,
+                storage,
+                patience,
+                recovery,
+            };
+            return super::restore_vm::restore_vm(work, vmid).await;
         }
         Some((_, Some(Machine::Container))) => {}
     }
@@ -347,10 +368,21 @@ async fn force_backup<P: Pve + PveQemu + 'static>(
     )
     .await?;
     let storage = storage_of(job, storage)?;
+    // The guest's kind is the one the journal recorded when the agent created it (decision
+    // 0123); a vmid the journal holds no record of for this guest is backed up as before, as
+    // a container.
+    let kind = match journal
+        .provenance(job.vmid)
+        .await
+        .map_err(JobError::journal("reading the guest's provenance"))?
+    {
+        Some(p) if p.guest_id() == Some(job.guest_id.to_string().as_str()) => p.kind(),
+        _ => GuestKind::Lxc,
+    };
     if let Some(recovery) = recovery {
         recovery
             .prover()
-            .mark_guest(&job.guest_id.to_string(), vmid)
+            .mark_guest_as(&job.guest_id.to_string(), vmid, kind)
             .await;
     }
     let mut request = VzdumpRequest::new(vmid, storage.clone());
@@ -409,6 +441,19 @@ async fn force_backup<P: Pve + PveQemu + 'static>(
     )
     .await?;
     let size_bytes = archive_size(pve, storage.as_str(), &outcome.volid).await;
+    // vzdump names the archive after the kind of guest it read: it must be the guest's.
+    let archived_as = VolumeId::new(outcome.volid.clone())
+        .map_err(crate::data::backup::ProofError::Volume)
+        .and_then(|volume| {
+            crate::data::backup::content::check_kind_by_name(&volume, kind).map_err(Into::into)
+        });
+    if let Err(why) = archived_as {
+        record_backup(journal, op, &storage, false, None, None, None).await?;
+        return Err(JobError::Unproven {
+            volid: outcome.volid,
+            source: Box::new(JobError::ProofRefused(why)),
+        });
+    }
     // What proves the archive before a restore takes it (`recovery::proof`).
     let proof = match recovery {
         Some(recovery) => {
@@ -440,8 +485,17 @@ async fn force_backup<P: Pve + PveQemu + 'static>(
         .await
         .map_err(JobError::journal("reading the clock"))?;
     Ok(
-        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": at.to_string() }),
+        json!({ "vmid": job.vmid, "kind": kind.as_str(), "volid": outcome.volid, "size_bytes": size_bytes, "at": at.to_string() }),
     )
+}
+
+/// The kind the journal recorded for the guest at `vmid`, if it holds a record.
+async fn recorded_kind(journal: &JournalHandle, vmid: u32) -> Result<Option<GuestKind>, JobError> {
+    Ok(journal
+        .provenance(vmid)
+        .await
+        .map_err(JobError::journal("reading the guest's provenance"))?
+        .map(|p| p.kind()))
 }
 
 /// Starts the restored guest again, asking again while the start is refused for now.

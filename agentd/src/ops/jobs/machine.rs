@@ -27,6 +27,14 @@ impl Machine {
             Self::Vm => "qemu",
         }
     }
+
+    /// The kind of guest it is, as the journal records kinds.
+    pub(super) fn kind(self) -> bosun_proto::desired::GuestKind {
+        match self {
+            Self::Container => bosun_proto::desired::GuestKind::Lxc,
+            Self::Vm => bosun_proto::desired::GuestKind::Qemu,
+        }
+    }
 }
 
 /// What holds a vmid the journal records, by the identity the agent wrote.

@@ -61,6 +61,7 @@ mod guest_run;
 mod kind;
 mod machine;
 pub mod restore_now;
+mod restore_vm;
 mod retry;
 pub mod runner;
 mod storage_run;

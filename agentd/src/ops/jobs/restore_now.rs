@@ -15,11 +15,12 @@ use super::guest_accepted::GuestAccepted;
 use crate::data::backup::ArchiveProver;
 use crate::data::backup::tiers::TierPlan;
 use crate::data::desired::DesiredSnapshot;
-use crate::data::recovery::{BackupSource, named_archive, newest_surviving};
+use crate::data::recovery::{BackupSource, named_archive_as, newest_surviving_as};
 use crate::guests::reconcile::provision::{Provisioner, Recovery};
 use crate::ops::journal::JournalHandle;
 use crate::ops::operation::OpJournal;
 use crate::ops::operation::StepName;
+use bosun_proto::desired::GuestKind;
 
 /// The parts a `restore-now` needs beyond Proxmox and the journal.
 #[derive(Debug)]
@@ -61,10 +62,22 @@ impl<P: Pve + 'static> RestoreContext<P> {
         journal: &JournalHandle,
         job: &GuestAccepted,
     ) -> Result<BackupSource, JobError> {
+        self.source_as(pve, journal, job, GuestKind::Lxc).await
+    }
+
+    /// [`Self::source`] for a restore into a guest of `kind`: only an archive of that kind
+    /// passes its proof (`ArchiveProver::check_as`).
+    pub(super) async fn source_as(
+        &self,
+        pve: &P,
+        journal: &JournalHandle,
+        job: &GuestAccepted,
+        kind: GuestKind,
+    ) -> Result<BackupSource, JobError> {
         let plan = self.tiers.borrow().clone();
         let guest_id = job.guest_id.to_string();
         let Some(named) = &job.backup else {
-            return newest_surviving(pve, journal, &self.prover, &guest_id, &plan)
+            return newest_surviving_as(pve, journal, &self.prover, (&guest_id, kind), &plan)
                 .await
                 .map_err(|reason| JobError::NoBackup { reason });
         };
@@ -74,7 +87,22 @@ impl<P: Pve + 'static> RestoreContext<P> {
             .iter()
             .find(|t| t.storage.as_str() == archive.storage())
             .map_or(0, |t| t.index);
-        named_archive(pve, journal, &self.prover, &guest_id, &archive, tier)
+        self.proven(pve, journal, job, &archive, tier, kind).await
+    }
+
+    /// Archive `archive` (on the plan's tier `tier`) checked again as one of the job's guest's
+    /// own journaled backups of `kind` that passes its proof.
+    pub(super) async fn proven(
+        &self,
+        pve: &P,
+        journal: &JournalHandle,
+        job: &GuestAccepted,
+        archive: &VolumeId,
+        tier: u32,
+        kind: GuestKind,
+    ) -> Result<BackupSource, JobError> {
+        let guest_id = job.guest_id.to_string();
+        named_archive_as(pve, journal, &self.prover, &guest_id, archive, tier, kind)
             .await
             .map_err(|reason| JobError::ArchiveRefused { reason })
     }

@@ -9,7 +9,7 @@
 //!
 //! | kind | steps | gate action |
 //! |---|---|---|
-//! | `restore-now` | `accepted`, `stop` (if running), `restore_overwrite`, `start` (if it was running) | `RestoreOverGuest` |
+//! | `restore-now` | `accepted`, `stop` (if running), `check_bootstrap`, `restore_overwrite` (a VM: `qmrestore` `force=1`, decision 0123), `start` (if it was running) | `RestoreOverGuest` |
 //! | `decommission` | `accepted`, `stop` (if running), `destroy` (purge) | `DecommissionGuest` |
 //! | `force-backup` | `accepted`, `backup` | `Backup` |
 //! | `storage-detach` | `accepted`, `delete_storage`, `unmount` (USB) | `DetachStorage` |

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use bosun_proto::desired::GuestKind;
 use rusqlite::{OptionalExtension, params};
 
 use super::audit::AuditEvent;
@@ -15,7 +16,7 @@ use super::store::{Store, to_ms};
 
 impl Store {
     /// Records that running operation `op_id` (a signed `adopt` job) is about to write its
-    /// identity into container `vmid`, which was on the node before the agent, as guest
+    /// identity into guest `vmid` of `kind` (the kind its check found there), which was on the node before the agent, as guest
     /// `guest_id`: refused if the journal holds a guest at the vmid, or the guest id at
     /// another vmid. Like [`Store::record_created`], the row comes before the Proxmox call.
     pub fn record_adopted(
@@ -24,6 +25,7 @@ impl Store {
         vmid: u32,
         guest_id: &str,
         adopted: AdoptedAs,
+        kind: GuestKind,
     ) -> Result<(), JournalError> {
         let now = self.now();
         self.write("record adopted guest", |tx| {
@@ -52,6 +54,7 @@ impl Store {
                 vmid,
                 Some(guest_id),
                 false,
+                kind,
                 event,
                 "record adopted guest",
             )?;
@@ -106,8 +109,14 @@ journal_calls! {
     /// See [`Store::adopting_jobs`].
     fn adopting_jobs() -> BTreeSet<String> = |s| s.adopting_jobs();
     /// See [`Store::record_adopted`].
-    fn record_adopted(op_id: OpId, vmid: u32, guest_id: String, adopted: AdoptedAs) -> ()
-        = |s| s.record_adopted(op_id, vmid, &guest_id, adopted);
+    fn record_adopted(
+        op_id: OpId,
+        vmid: u32,
+        guest_id: String,
+        adopted: AdoptedAs,
+        kind: GuestKind,
+    ) -> ()
+        = |s| s.record_adopted(op_id, vmid, &guest_id, adopted, kind);
     /// See [`Store::adopted_without_bootstrap`].
     fn adopted_without_bootstrap() -> BTreeSet<String> = |s| s.adopted_without_bootstrap();
 }

@@ -79,6 +79,17 @@ pub enum JournalError {
         /// The value found.
         value: String,
     },
+    /// A guest would be recorded as another kind than the one the journal holds for it (a
+    /// container recovered as a VM, or the reverse).
+    #[error("guest {guest_id} is recorded as {recorded}, not {asked}")]
+    KindChanged {
+        /// The guest.
+        guest_id: String,
+        /// The kind the journal records.
+        recorded: &'static str,
+        /// The kind asked for.
+        asked: &'static str,
+    },
     /// No such operation.
     #[error("operation {op_id} is not in the journal")]
     UnknownOperation {

@@ -3,6 +3,7 @@
 //! they raise: whoever keeps something per guest and vmid (the break-glass consents,
 //! decision 0080) follows it to drop what belonged to a guest that left its vmid.
 
+use bosun_proto::desired::GuestKind;
 use tokio::sync::watch;
 
 use super::error::JournalError;
@@ -26,8 +27,9 @@ impl JournalHandle {
         op_id: OpId,
         vmid: u32,
         guest_id: Option<String>,
+        kind: GuestKind,
     ) -> Result<(), JournalError> {
-        self.call(move |s| s.record_created(op_id, vmid, guest_id.as_deref()))
+        self.call(move |s| s.record_created(op_id, vmid, guest_id.as_deref(), kind))
             .await?;
         self.guests_touched();
         Ok(())
@@ -40,8 +42,9 @@ impl JournalHandle {
         guest_id: String,
         lost_vmid: u32,
         vmid: u32,
+        kind: GuestKind,
     ) -> Result<(), JournalError> {
-        self.call(move |s| s.record_recovered(op_id, &guest_id, lost_vmid, vmid))
+        self.call(move |s| s.record_recovered(op_id, &guest_id, lost_vmid, vmid, kind))
             .await?;
         self.guests_touched();
         Ok(())

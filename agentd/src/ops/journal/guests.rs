@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use bosun_proto::desired::GuestKind;
 use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
@@ -19,8 +20,8 @@ pub(super) fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> 
     move |source| JournalError::Query { operation, source }
 }
 
-/// A `guest_provenance` row: guest id, creating op, scratch, created ms, identity, and its
-/// adoption's bootstrap flag when a signed `adopt` job brought it in.
+/// A `guest_provenance` row: guest id, creating op, scratch, created ms, identity, its
+/// adoption's bootstrap flag when a signed `adopt` job brought it in, and its kind.
 type ProvenanceRow = (
     Option<String>,
     String,
@@ -28,7 +29,21 @@ type ProvenanceRow = (
     i64,
     Option<String>,
     Option<i64>,
+    Option<String>,
 );
+
+/// The kind a `guest_provenance` row records (every row has one since schema version 33).
+fn kind_of_row(value: Option<String>) -> Result<GuestKind, JournalError> {
+    match value.as_deref() {
+        Some("lxc") => Ok(GuestKind::Lxc),
+        Some("qemu") => Ok(GuestKind::Qemu),
+        _ => Err(JournalError::Corrupt {
+            table: "guest_provenance",
+            column: "kind",
+            value: value.unwrap_or_default(),
+        }),
+    }
+}
 
 fn provenance_in(
     tx: &rusqlite::Connection,
@@ -37,7 +52,8 @@ fn provenance_in(
     const T: &str = "guest_provenance";
     let row: Option<ProvenanceRow> = tx
         .query_row(
-            "SELECT p.guest_id, p.created_by_op, p.scratch, p.created_ms, p.identity, a.bootstrap
+            "SELECT p.guest_id, p.created_by_op, p.scratch, p.created_ms, p.identity, a.bootstrap,
+                    p.kind
              FROM guest_provenance p LEFT JOIN adopted_guests a ON a.guest_id = p.guest_id
              WHERE p.vmid = ?1",
             [vmid],
@@ -49,13 +65,14 @@ fn provenance_in(
                     row.get(3)?,
                     row.get(4)?,
                     row.get(5)?,
+                    row.get(6)?,
                 ))
             },
         )
         .optional()
         .map_err(query_err("read guest provenance"))?;
     row.map(
-        |(guest_id, created_by_op, scratch, created_ms, identity, bootstrap)| {
+        |(guest_id, created_by_op, scratch, created_ms, identity, bootstrap, kind)| {
             let created_by_op = parse_op_id(created_by_op, T)?;
             let adopted = bootstrap.map(|b| {
                 if b != 0 {
@@ -72,14 +89,15 @@ fn provenance_in(
                 created_at: from_ms(created_ms, T, "created_ms")?,
                 identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
                 adopted,
+                kind: kind_of_row(kind)?,
             })
         },
     )
     .transpose()
 }
 
-/// A new guest's provenance row, inside `tx`: refused if the vmid already has one.
-/// `event` is audited with the op, vmid and guest filled in.
+/// A new guest's provenance row of `kind`, inside `tx`: refused if the vmid already has one.
+/// `event` is audited with the op, vmid, guest and kind filled in.
 #[expect(
     clippy::too_many_arguments,
     reason = "the row's columns and its audit event, as they are"
@@ -91,6 +109,7 @@ pub(super) fn insert_provenance(
     vmid: u32,
     guest_id: Option<&str>,
     scratch: bool,
+    kind: GuestKind,
     mut event: AuditEvent,
     what: &'static str,
 ) -> Result<(), JournalError> {
@@ -103,28 +122,34 @@ pub(super) fn insert_provenance(
     }
     tx.execute(
         "INSERT INTO guest_provenance
-             (vmid, guest_id, created_by_op, scratch, created_ms, identity)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             (vmid, guest_id, created_by_op, scratch, created_ms, identity, kind)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
             vmid,
             guest_id,
             op_id.to_string(),
             i64::from(scratch),
             to_ms(now),
-            identity_tag(op_id)
+            identity_tag(op_id),
+            kind.as_str()
         ],
     )
     .map_err(query_err(what))?;
     event.op_id = Some(op_id);
     event.vmid = Some(vmid);
     event.guest_id = guest_id.map(str::to_owned);
+    if let Some(detail) = event.detail.as_object_mut() {
+        detail.insert("kind".into(), kind.as_str().into());
+    } else if event.detail.is_null() {
+        event.detail = serde_json::json!({ "kind": kind.as_str() });
+    }
     audit::append(tx, now, &event)?;
     Ok(())
 }
 
 impl Store {
-    /// Records that operation `op_id` is creating guest `vmid`. Call it at the
-    /// create step's intent, *before* the Proxmox call: a guest that never
+    /// Records that operation `op_id` is creating guest `vmid`, a guest of `kind`. Call it
+    /// at the create step's intent, *before* the Proxmox call: a guest that never
     /// appears costs a stale row; a guest that appears without a row could
     /// never be cleaned up without an operator signature.
     pub fn record_created(
@@ -132,6 +157,7 @@ impl Store {
         op_id: OpId,
         vmid: u32,
         guest_id: Option<&str>,
+        kind: GuestKind,
     ) -> Result<(), JournalError> {
         let now = self.now();
         self.write("record guest provenance", |tx| {
@@ -143,6 +169,7 @@ impl Store {
                 vmid,
                 guest_id,
                 false,
+                kind,
                 event,
                 "record guest provenance",
             )
@@ -150,9 +177,14 @@ impl Store {
     }
 
     /// Records that running operation `op_id` is about to create scratch guest `vmid` (a
-    /// restore test's), scratch from its first moment: no pass ever sees it as a guest of
-    /// its own, and only this record lets the agent destroy it unsigned.
-    pub fn record_scratch(&mut self, op_id: OpId, vmid: u32) -> Result<(), JournalError> {
+    /// restore test's) of `kind`, scratch from its first moment: no pass ever sees it as a
+    /// guest of its own, and only this record lets the agent destroy it unsigned.
+    pub fn record_scratch(
+        &mut self,
+        op_id: OpId,
+        vmid: u32,
+        kind: GuestKind,
+    ) -> Result<(), JournalError> {
         let now = self.now();
         self.write("record scratch guest", |tx| {
             let event = AuditEvent::new("guest.marked_scratch");
@@ -163,6 +195,7 @@ impl Store {
                 vmid,
                 None,
                 true,
+                kind,
                 event,
                 "record scratch guest",
             )
@@ -170,16 +203,19 @@ impl Store {
     }
 
     /// Moves lost guest `guest_id`'s record from `lost_vmid` to `vmid`, which running
-    /// operation `op_id` (a DR restore) is about to create: the new guest is the same
-    /// customer guest, bound to this operation's identity. The lost note stays until the
-    /// restore has finished ([`Store::clear_lost`]), so a DR that fails and rolls back
-    /// leaves the guest lost, never free to be provisioned blank.
+    /// operation `op_id` (a DR restore of an archive of `kind`) is about to create: the new
+    /// guest is the same customer guest, bound to this operation's identity. The lost note
+    /// stays until the restore has finished ([`Store::clear_lost`]), so a DR that fails and
+    /// rolls back leaves the guest lost, never free to be provisioned blank. A guest is
+    /// never recovered as the other kind: refused when the journal records the lost guest as
+    /// another kind than `kind`.
     pub fn record_recovered(
         &mut self,
         op_id: OpId,
         guest_id: &str,
         lost_vmid: u32,
         vmid: u32,
+        kind: GuestKind,
     ) -> Result<(), JournalError> {
         let now = self.now();
         self.write("record recovered guest", |tx| {
@@ -187,6 +223,13 @@ impl Store {
             if let Some(old) = provenance_in(tx, lost_vmid)?
                 && old.guest_id.as_deref() == Some(guest_id)
             {
+                if old.kind != kind {
+                    return Err(JournalError::KindChanged {
+                        guest_id: guest_id.to_owned(),
+                        recorded: old.kind.as_str(),
+                        asked: kind.as_str(),
+                    });
+                }
                 tx.execute("DELETE FROM guest_provenance WHERE vmid = ?1", [lost_vmid])
                     .map_err(query_err("record recovered guest"))?;
             }
@@ -199,6 +242,7 @@ impl Store {
                 vmid,
                 Some(guest_id),
                 false,
+                kind,
                 event,
                 "record recovered guest",
             )
@@ -559,7 +603,8 @@ impl Store {
 
 journal_calls! {
     /// See [`Store::record_scratch`].
-    fn record_scratch(op_id: OpId, vmid: u32) -> () = |s| s.record_scratch(op_id, vmid);
+    fn record_scratch(op_id: OpId, vmid: u32, kind: GuestKind) -> ()
+        = |s| s.record_scratch(op_id, vmid, kind);
     /// See [`Store::mark_scratch`].
     fn mark_scratch(op_id: OpId, vmid: u32) -> () = |s| s.mark_scratch(op_id, vmid);
     /// See [`Store::provenance`].

@@ -288,6 +288,7 @@ pub struct GuestProvenance {
     pub(super) created_at: Timestamp,
     pub(super) identity: String,
     pub(super) adopted: Option<AdoptedAs>,
+    pub(super) kind: bosun_proto::desired::GuestKind,
 }
 
 /// How a guest came to be the agent's through a signed `adopt` job.
@@ -336,6 +337,13 @@ impl GuestProvenance {
     /// creating it.
     pub fn adopted(&self) -> Option<AdoptedAs> {
         self.adopted
+    }
+
+    /// The kind of guest the agent created, recovered or adopted at this vmid (a container
+    /// or a VM), as it recorded it then: what the backups and signed jobs act on, whatever
+    /// kind desired state names for the guest now (decision 0123).
+    pub fn kind(&self) -> bosun_proto::desired::GuestKind {
+        self.kind
     }
 }
 

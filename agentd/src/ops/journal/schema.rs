@@ -544,11 +544,31 @@ INSERT OR IGNORE INTO bulk_archive_history
     WHERE name IS NOT NULL AND target IS NOT NULL AND size_bytes IS NOT NULL
       AND sha256 IS NOT NULL AND archived_ms IS NOT NULL;
 "#,
+    // Version 33: the kind of each guest (`lxc` or `qemu`), recorded when the agent creates,
+    // recovers or adopts it, so what moves data or keeps protection (the backup tiers, the
+    // signed jobs) never takes it from desired state (decision 0123). Rows from before are
+    // filled from the journal's own record of the operation that created the guest: a VM is
+    // created by a `provision_vm` operation, whose steps name it (`check_golden` with
+    // `"kind": "qemu"`, `restore_vm`); every other creation of these versions (a container's
+    // provisioning, DR, adoption, a restore test's scratch guest) made a container.
+    r#"
+ALTER TABLE guest_provenance ADD COLUMN kind TEXT CHECK (kind IS NULL OR kind IN ('lxc', 'qemu'));
+UPDATE guest_provenance SET kind = CASE
+    WHEN EXISTS (
+        SELECT 1 FROM operations o WHERE o.op_id = guest_provenance.created_by_op
+          AND o.kind = 'provision_vm')
+      OR EXISTS (
+        SELECT 1 FROM op_steps s WHERE s.op_id = guest_provenance.created_by_op
+          AND (s.name = 'restore_vm'
+               OR (json_valid(s.detail) AND json_extract(s.detail, '$.kind') = 'qemu')))
+    THEN 'qemu' ELSE 'lxc' END
+    WHERE kind IS NULL;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 32;
+pub const SCHEMA_VERSION: i64 = 33;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
+use bosun_proto::desired::GuestKind;
 use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
 use bosun_pve::{
     CtConfig, CtOptions, GuestStatus, Op, Pve, RestoreRequest, Vmid, net_without_hwaddr,
@@ -24,7 +25,7 @@ pub fn other(op: &OpJournal, step: &str, reason: String) -> StepError {
     }
 }
 
-/// `next_id`, then the scratch guest's vmid recorded as `op`'s before Proxmox is asked for
+/// `next_id`, then a scratch container's vmid recorded as `op`'s before Proxmox is asked for
 /// it; an id an older operation's record holds is passed over (`tries` offers at most).
 pub async fn scratch_vmid<P: Pve>(
     pve: &P,
@@ -32,12 +33,26 @@ pub async fn scratch_vmid<P: Pve>(
     op: &OpJournal,
     tries: u32,
 ) -> Result<Vmid, StepError> {
+    scratch_vmid_as(pve, journal, op, tries, GuestKind::Lxc).await
+}
+
+/// [`scratch_vmid`] for a scratch guest of `kind` (a VM's is recorded as a VM's).
+pub async fn scratch_vmid_as<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    op: &OpJournal,
+    tries: u32,
+    kind: GuestKind,
+) -> Result<Vmid, StepError> {
     let mut floor = 0;
     for _ in 0..tries {
         let offered = op.call(StepName::NextId, json!({}), pve.next_id()).await?;
         let candidate =
             Vmid::new(offered.get().max(floor)).map_err(|e| other(op, "next_id", e.to_string()))?;
-        match journal.record_scratch(op.op_id(), candidate.get()).await {
+        match journal
+            .record_scratch(op.op_id(), candidate.get(), kind)
+            .await
+        {
             Ok(()) => return Ok(candidate),
             Err(JournalError::VmidAlreadyRecorded { .. }) => {
                 floor = candidate.get().saturating_add(1);

@@ -369,9 +369,13 @@ fn provenance_comes_from_the_journal_only() {
     };
     let test_op = store.begin_operation(&new).unwrap();
     let other_op = store.begin_operation(&new).unwrap();
-    store.record_created(test_op, 9001, None).unwrap();
+    store
+        .record_created(test_op, 9001, None, bosun_proto::desired::GuestKind::Lxc)
+        .unwrap();
     store.mark_scratch(test_op, 9001).unwrap();
-    store.record_created(test_op, 9002, None).unwrap();
+    store
+        .record_created(test_op, 9002, None, bosun_proto::desired::GuestKind::Lxc)
+        .unwrap();
 
     let ask = |vmid: u32, authority: Authority, store: &Store| {
         decide(&GateRequest {

@@ -1,9 +1,11 @@
 //! The guests the agent's scheduler backs up: desired to run, created by this agent (its
-//! journal's provenance gives the vmid) and running on the node now — a container among the
-//! node's containers, a VM (decision 0118) among its VMs.
+//! journal's provenance gives the vmid and the kind) and running on the node now — a
+//! container among the node's containers, a VM (decision 0118) among its VMs. The kind is the
+//! journal's, never desired state's (decision 0123): a hub naming a VM a container is audited
+//! (`guest.kind_refused`) and the VM backed up all the same.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -11,7 +13,8 @@ use tokio::sync::watch;
 use super::GuestSource;
 use crate::data::backup::GuestRef;
 use crate::data::desired::DesiredSnapshot;
-use crate::ops::journal::{GuestProvenance, JournalError, JournalHandle};
+use crate::ops::journal::{AuditEvent, GuestProvenance, JournalError, JournalHandle};
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, GuestKind, Power};
 use bosun_pve::{CtSummary, GuestStatus, PveError, PveQemu, VmSummary, Vmid};
 
@@ -29,24 +32,42 @@ pub enum GuestSourceError {
     ListVms(#[source] PveError),
 }
 
-/// The vmid of each guest this agent created (scratch guests left out).
-pub fn vmids_of(provenance: &[GuestProvenance]) -> BTreeMap<String, u32> {
+/// What the journal recorded of each guest this agent created, recovered or adopted
+/// (scratch guests left out), by guest id: its vmid and its kind.
+pub fn recorded_of(provenance: &[GuestProvenance]) -> BTreeMap<String, (u32, GuestKind)> {
     provenance
         .iter()
         .filter(|p| !p.is_scratch())
-        .filter_map(|p| Some((p.guest_id()?.to_owned(), p.vmid())))
+        .filter_map(|p| Some((p.guest_id()?.to_owned(), (p.vmid(), p.kind()))))
         .collect()
 }
 
-/// The desired guests that should run, have a vmid from this agent (`vmids`, by guest id)
-/// and run now: a container among `cts`, a VM among `vms` (a vmid of the other kind is not
-/// the guest).
+/// A desired guest whose kind desired state names differently from the kind the journal
+/// recorded when the agent created it: refused (audited), and the guest is backed up as
+/// what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindMismatch {
+    /// The guest.
+    pub guest_id: String,
+    /// Its vmid.
+    pub vmid: u32,
+    /// The kind desired state names.
+    pub desired: GuestKind,
+    /// The kind the journal recorded.
+    pub recorded: GuestKind,
+}
+
+/// The desired guests that should run, were created by this agent (`recorded`, by guest id:
+/// the vmid and kind the journal holds) and run now: a container among `cts`, a VM among
+/// `vms` — by the recorded kind, never desired state's (decision 0123: unsigned desired state
+/// cannot stop a VM's backups by calling it a container). Each desired guest whose kind
+/// disagrees with the record comes back in the second list.
 pub fn running_guests(
     desired: &DesiredState,
-    vmids: &BTreeMap<String, u32>,
+    recorded: &BTreeMap<String, (u32, GuestKind)>,
     cts: &[CtSummary],
     vms: &[VmSummary],
-) -> Vec<GuestRef> {
+) -> (Vec<GuestRef>, Vec<KindMismatch>) {
     let running_cts: BTreeSet<u32> = cts
         .iter()
         .filter(|c| !c.template && c.status == GuestStatus::Running)
@@ -57,27 +78,40 @@ pub fn running_guests(
         .filter(|v| !v.template && v.status == GuestStatus::Running)
         .map(|v| v.vmid.get())
         .collect();
-    desired
-        .guests
-        .iter()
-        .filter(|g| g.power == Power::Running)
-        .filter_map(|g| {
-            let guest_id = g.guest_id.to_string();
-            let vmid = *vmids.get(guest_id.as_str())?;
-            let running = match g.kind {
-                GuestKind::Lxc => &running_cts,
-                GuestKind::Qemu => &running_vms,
-            };
-            if !running.contains(&vmid) {
-                return None;
-            }
-            Some(GuestRef {
+    let mut mismatched = Vec::new();
+    let mut running = Vec::new();
+    for g in &desired.guests {
+        let guest_id = g.guest_id.to_string();
+        let Some(&(vmid, kind)) = recorded.get(guest_id.as_str()) else {
+            continue;
+        };
+        if g.kind != kind {
+            mismatched.push(KindMismatch {
+                guest_id: guest_id.clone(),
+                vmid,
+                desired: g.kind,
+                recorded: kind,
+            });
+        }
+        if g.power != Power::Running {
+            continue;
+        }
+        let up = match kind {
+            GuestKind::Lxc => &running_cts,
+            GuestKind::Qemu => &running_vms,
+        };
+        if !up.contains(&vmid) {
+            continue;
+        }
+        if let Ok(vmid) = Vmid::new(vmid) {
+            running.push(GuestRef {
                 guest_id,
-                vmid: Vmid::new(vmid).ok()?,
-                kind: g.kind,
-            })
-        })
-        .collect()
+                vmid,
+                kind,
+            });
+        }
+    }
+    (running, mismatched)
 }
 
 /// [`GuestSource`] over the desired state, the journal and Proxmox.
@@ -87,6 +121,9 @@ pub struct DesiredRunningGuests<P> {
     journal: JournalHandle,
     desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     vms: bool,
+    /// The kind mismatches already audited (guest id, the kind desired state named): one
+    /// row per change, not one per pass.
+    refused: Mutex<BTreeSet<(String, GuestKind)>>,
 }
 
 impl<P> DesiredRunningGuests<P> {
@@ -101,6 +138,7 @@ impl<P> DesiredRunningGuests<P> {
             journal,
             desired,
             vms: false,
+            refused: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -109,6 +147,42 @@ impl<P> DesiredRunningGuests<P> {
     #[must_use]
     pub fn with_vms(self) -> Self {
         Self { vms: true, ..self }
+    }
+}
+
+impl<P> DesiredRunningGuests<P> {
+    /// Audits each kind mismatch once (`guest.kind_refused`) until it goes away: desired state
+    /// naming a guest as the other kind changes nothing the agent does to it.
+    async fn refuse(&self, mismatched: &[KindMismatch]) {
+        let fresh: Vec<&KindMismatch> = {
+            let mut refused = self
+                .refused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            refused.retain(|(guest, kind)| {
+                mismatched
+                    .iter()
+                    .any(|m| m.guest_id == *guest && m.desired == *kind)
+            });
+            mismatched
+                .iter()
+                .filter(|m| refused.insert((m.guest_id.clone(), m.desired)))
+                .collect()
+        };
+        for m in fresh {
+            tracing::warn!(guest_id = %m.guest_id, vmid = m.vmid, desired = m.desired.as_str(), recorded = m.recorded.as_str(), "desired state names a guest as another kind than the agent created; it is backed up as what it is");
+            let mut event = AuditEvent::new("guest.kind_refused");
+            event.guest_id = Some(m.guest_id.clone());
+            event.vmid = Some(m.vmid);
+            event.detail = serde_json::json!({
+                "desired": m.desired.as_str(),
+                "recorded": m.recorded.as_str(),
+                "reason": "a guest's kind is the one recorded when the agent created it",
+            });
+            if let Err(e) = self.journal.append_audit(event).await {
+                tracing::warn!(guest_id = %m.guest_id, error = %error_chain(&e), "could not audit a refused guest kind");
+            }
+        }
     }
 }
 
@@ -131,14 +205,9 @@ impl<P: PveQemu + std::fmt::Debug + 'static> GuestSource for DesiredRunningGuest
                 .all_provenance()
                 .await
                 .map_err(GuestSourceError::Journal)?;
+            let recorded = recorded_of(&provenance);
             let cts = self.pve.list_cts().await.map_err(GuestSourceError::Pve)?;
-            let vms = if self.vms
-                && desired
-                    .state
-                    .guests
-                    .iter()
-                    .any(|g| g.kind == GuestKind::Qemu)
-            {
+            let vms = if recorded.values().any(|(_, k)| *k == GuestKind::Qemu) && self.vms {
                 self.pve
                     .list_vms()
                     .await
@@ -146,12 +215,15 @@ impl<P: PveQemu + std::fmt::Debug + 'static> GuestSource for DesiredRunningGuest
             } else {
                 Vec::new()
             };
-            Ok(running_guests(
-                &desired.state,
-                &vmids_of(&provenance),
-                &cts,
-                &vms,
-            ))
+            let (mut running, mismatched) = running_guests(&desired.state, &recorded, &cts, &vms);
+            if self.vms {
+                // The tiers' scheduler audits a mismatch (the bulk one would say it twice).
+                self.refuse(&mismatched).await;
+            } else {
+                // The bulk scheduler reads a container's files: VMs are not its guests.
+                running.retain(|g| g.kind == GuestKind::Lxc);
+            }
+            Ok(running)
         })
     }
 }

@@ -41,7 +41,9 @@ use bosun_proto::desired::BackupPolicy;
 
 mod guests;
 
-pub use guests::{DesiredRunningGuests, GuestSourceError, running_guests, vmids_of};
+pub use guests::{
+    DesiredRunningGuests, GuestSourceError, KindMismatch, recorded_of, running_guests,
+};
 
 /// The guests the scheduler backs up.
 pub trait GuestSource: Send + Sync + std::fmt::Debug {

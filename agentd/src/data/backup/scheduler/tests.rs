@@ -236,10 +236,10 @@ fn only_desired_running_guests_of_this_agent_that_run_now_are_backed_up() {
         spec(3, Power::Stopped),
         spec(4, Power::Running),
     ]);
-    let vmids: BTreeMap<String, u32> = [
-        (Uuid::from_u128(1).to_string(), 101),
-        (Uuid::from_u128(2).to_string(), 102),
-        (Uuid::from_u128(3).to_string(), 103),
+    let vmids: BTreeMap<String, (u32, GuestKind)> = [
+        (Uuid::from_u128(1).to_string(), (101, GuestKind::Lxc)),
+        (Uuid::from_u128(2).to_string(), (102, GuestKind::Lxc)),
+        (Uuid::from_u128(3).to_string(), (103, GuestKind::Lxc)),
         // Guest 4 was not created by this agent: no vmid.
     ]
     .into_iter()
@@ -251,7 +251,8 @@ fn only_desired_running_guests_of_this_agent_that_run_now_are_backed_up() {
         ct(103, "running"),
         ct(104, "running"),
     ];
-    let guests = running_guests(&state, &vmids, &cts, &[]);
+    let (guests, mismatched) = running_guests(&state, &vmids, &cts, &[]);
+    assert!(mismatched.is_empty());
     assert_eq!(
         guests,
         vec![GuestRef {
@@ -267,25 +268,58 @@ fn vm(vmid: u32, status: &str) -> VmSummary {
 }
 
 #[test]
-fn a_vm_is_backed_up_when_it_runs_as_a_vm_and_a_container_only_as_a_container() {
+fn a_guest_is_backed_up_as_the_kind_the_journal_recorded_whatever_desired_state_says() {
     let vm_spec = |n| GuestSpec {
         kind: GuestKind::Qemu,
         ..spec(n, Power::Running)
     };
-    let state = desired(vec![vm_spec(1), vm_spec(2), spec(3, Power::Running)]);
-    let vmids: BTreeMap<String, u32> = [(1, 201), (2, 202), (3, 203)]
-        .into_iter()
-        .map(|(n, vmid)| (Uuid::from_u128(n).to_string(), vmid))
-        .collect();
-    // 202 runs as a container, 203 as a VM: neither is the guest the state names.
-    let cts = [ct(202, "running")];
-    let vms = [vm(201, "running"), vm(203, "running")];
+    // Guest 4 is a VM the agent created; the hub now calls it a container. Guest 5 is a
+    // container the hub calls a VM.
+    let state = desired(vec![
+        vm_spec(1),
+        vm_spec(2),
+        spec(3, Power::Running),
+        spec(4, Power::Running),
+        vm_spec(5),
+    ]);
+    let recorded: BTreeMap<String, (u32, GuestKind)> = [
+        (1, 201, GuestKind::Qemu),
+        (2, 202, GuestKind::Qemu),
+        (3, 203, GuestKind::Lxc),
+        (4, 204, GuestKind::Qemu),
+        (5, 205, GuestKind::Lxc),
+    ]
+    .into_iter()
+    .map(|(n, vmid, kind)| (Uuid::from_u128(n).to_string(), (vmid, kind)))
+    .collect();
+    // 202 runs as a container, 203 as a VM: neither is the guest the journal recorded.
+    let cts = [ct(202, "running"), ct(204, "running"), ct(205, "running")];
+    let vms = [vm(201, "running"), vm(203, "running"), vm(204, "running")];
+    let (running, mismatched) = running_guests(&state, &recorded, &cts, &vms);
+    let guest = |n: u128, vmid: u32, kind| GuestRef {
+        guest_id: Uuid::from_u128(n).to_string(),
+        vmid: bosun_pve::Vmid::new(vmid).unwrap(),
+        kind,
+    };
     assert_eq!(
-        running_guests(&state, &vmids, &cts, &vms),
-        vec![GuestRef {
-            guest_id: Uuid::from_u128(1).to_string(),
-            vmid: bosun_pve::Vmid::new(201).unwrap(),
-            kind: GuestKind::Qemu,
-        }]
+        running,
+        vec![
+            guest(1, 201, GuestKind::Qemu),
+            guest(4, 204, GuestKind::Qemu),
+            guest(5, 205, GuestKind::Lxc),
+        ]
+    );
+    let mismatch = |n: u128, vmid, desired, recorded| KindMismatch {
+        guest_id: Uuid::from_u128(n).to_string(),
+        vmid,
+        desired,
+        recorded,
+    };
+    assert_eq!(
+        mismatched,
+        vec![
+            mismatch(4, 204, GuestKind::Lxc, GuestKind::Qemu),
+            mismatch(5, 205, GuestKind::Qemu, GuestKind::Lxc),
+        ]
     );
 }

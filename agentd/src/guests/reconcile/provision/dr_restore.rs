@@ -161,7 +161,14 @@ impl<P: Pve + 'static> Provisioner<P> {
         )
         .await?;
         self.journal
-            .record_recovered(op.op_id(), guest_id.clone(), recovery.lost_vmid, vmid.get())
+            .record_recovered(
+                op.op_id(),
+                guest_id.clone(),
+                recovery.lost_vmid,
+                vmid.get(),
+                // DR restores a container's archive with `pct restore`.
+                bosun_proto::desired::GuestKind::Lxc,
+            )
             .await
             .map_err(|source| StepError::Journal {
                 op_id: op.op_id(),

@@ -228,7 +228,12 @@ impl<P: Pve + 'static> Provisioner<P> {
             // be cleaned up without an operator signature.
             if let Err(source) = op
                 .journal()
-                .record_created(op.op_id(), vmid.get(), Some(spec.guest_id.to_string()))
+                .record_created(
+                    op.op_id(),
+                    vmid.get(),
+                    Some(spec.guest_id.to_string()),
+                    bosun_proto::desired::GuestKind::Lxc,
+                )
                 .await
             {
                 if matches!(

@@ -336,7 +336,12 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
             };
             if let Err(source) = op
                 .journal()
-                .record_created(op.op_id(), vmid.get(), Some(spec.guest_id.to_string()))
+                .record_created(
+                    op.op_id(),
+                    vmid.get(),
+                    Some(spec.guest_id.to_string()),
+                    GuestKind::Qemu,
+                )
                 .await
             {
                 if matches!(

@@ -263,7 +263,13 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
         )
         .await?;
         journal
-            .record_recovered(op.op_id(), guest_id.clone(), recovery.lost_vmid, vmid.get())
+            .record_recovered(
+                op.op_id(),
+                guest_id.clone(),
+                recovery.lost_vmid,
+                vmid.get(),
+                bosun_proto::desired::GuestKind::Qemu,
+            )
             .await
             .map_err(|source| StepError::Journal {
                 op_id: op.op_id(),

@@ -2,7 +2,9 @@ use super::*;
 
 fn late(store: &mut Store, vmid: u32) -> OpId {
     let op = store.begin_operation(&provision()).unwrap();
-    store.record_created(op, vmid, Some("g-1")).unwrap();
+    store
+        .record_created(op, vmid, Some("g-1"), bosun_proto::desired::GuestKind::Lxc)
+        .unwrap();
     let until = start() + jiff::SignedDuration::from_hours(1);
     store
         .watch_late_landing(op, vmid, Some("g-1"), start(), until)

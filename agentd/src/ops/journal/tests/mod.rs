@@ -409,7 +409,9 @@ fn only_the_creating_operation_marks_a_guest_scratch() {
     let (mut store, _) = open(&dir);
     let creator = store.begin_operation(&provision()).unwrap();
     let other = store.begin_operation(&provision()).unwrap();
-    store.record_created(creator, 9001, None).unwrap();
+    store
+        .record_created(creator, 9001, None, bosun_proto::desired::GuestKind::Lxc)
+        .unwrap();
     assert!(!store.provenance(9001).unwrap().unwrap().is_scratch());
 
     let err = store.mark_scratch(other, 9001).unwrap_err();
@@ -433,7 +435,9 @@ fn only_the_creating_operation_marks_a_guest_scratch() {
     assert!(p.is_scratch());
     assert_eq!(p.created_by_op(), creator);
 
-    let err = store.record_created(other, 9001, None).unwrap_err();
+    let err = store
+        .record_created(other, 9001, None, bosun_proto::desired::GuestKind::Lxc)
+        .unwrap_err();
     assert!(
         matches!(err, JournalError::VmidAlreadyRecorded { vmid: 9001, .. }),
         "{err:?}"
@@ -443,7 +447,9 @@ fn only_the_creating_operation_marks_a_guest_scratch() {
         .finish_operation(creator, OpStatus::Done, None)
         .unwrap();
     // An ended operation can no longer mark anything.
-    store.record_created(other, 9003, None).unwrap();
+    store
+        .record_created(other, 9003, None, bosun_proto::desired::GuestKind::Lxc)
+        .unwrap();
     let err = store.mark_scratch(creator, 9003).unwrap_err();
     assert!(
         matches!(err, JournalError::OperationEnded { .. }),
