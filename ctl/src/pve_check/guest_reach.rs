@@ -60,28 +60,6 @@ pub(super) fn judge(
             outside.push(format!("{} on {path}", reach.join(", ")));
         }
     }
-    let joins: Vec<&str> = on_pool
-        .into_iter()
-        .flat_map(|h| h.keys())
-        .map(String::as_str)
-        .filter(|p| POOL_MEMBERSHIP_PRIVILEGES.contains(p))
-        .collect();
-    if !joins.is_empty() {
-        return Check::fail(
-            "guest-reach",
-            format!(
-                "the token can change {pool_path}'s members ({}): it could put any VM in Bosun's pool and reach inside it",
-                joins.join(", ")
-            ),
-            vec![
-                format!(
-                    "pveum user token permissions {} --path {pool_path}  # which role grants it",
-                    token.replacen('!', " ", 1)
-                ),
-                "remove that grant: only the operator, as root, adds a VM to the pool (`pveum pool modify bosun --vms VMID`, docs/pve-token.md)".to_owned(),
-            ],
-        );
-    }
     let extra: Vec<&str> = on_pool
         .into_iter()
         .flat_map(|h| h.keys())
@@ -103,6 +81,28 @@ pub(super) fn judge(
                 format!(
                     "grant {BOSUN_GUEST_ROLE} on {pool_path} only (docs/pve-token.md), never on / or /vms"
                 ),
+            ],
+        );
+    }
+    let joins: Vec<&str> = on_pool
+        .into_iter()
+        .flat_map(|h| h.keys())
+        .map(String::as_str)
+        .filter(|p| POOL_MEMBERSHIP_PRIVILEGES.contains(p))
+        .collect();
+    if !joins.is_empty() {
+        return Check::fail(
+            "guest-reach",
+            format!(
+                "the token can change {pool_path}'s members ({}): it could put any VM in Bosun's pool and reach inside it",
+                joins.join(", ")
+            ),
+            vec![
+                format!(
+                    "pveum user token permissions {} --path {pool_path}  # which role grants it",
+                    token.replacen('!', " ", 1)
+                ),
+                "remove that grant: only the operator, as root, adds a VM to the pool (`pveum pool modify bosun --vms VMID`, docs/pve-token.md)".to_owned(),
             ],
         );
     }
