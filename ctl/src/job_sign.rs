@@ -36,7 +36,9 @@ pub struct NewArgs {
     /// `break-glass-disable`, `agent-update`, `controller-update` (with
     /// `--param digest=sha256:…`) or `adopt` (with `--vmid`, `--param hostname=…`,
     /// `--param config_digest=…` as `pvesh get /nodes/NODE/lxc/VMID/config` shows them, and
-    /// optionally `--param bootstrap=true` with `customer_id=…` and `customer_name=…`) or
+    /// optionally `--param bootstrap=true` with `customer_id=…` and `customer_name=…`; a VM
+    /// with `--param guest_kind=qemu`, its `name` as `hostname`, once root put it in pool
+    /// `bosun`) or
     /// `restore-bulk` (with `--volume`, optionally `--archive`).
     #[arg(long, value_enum)]
     pub kind: KindArg,

@@ -1,11 +1,13 @@
-//! The parameters of a signed `adopt` job: what the operator pins of a container that was on
-//! the node before Bosun, so that the signature covers that container and no other.
+//! The parameters of a signed `adopt` job: what the operator pins of a guest (a container or a
+//! virtual machine) that was on the node before Bosun, so that the signature covers that guest
+//! and no other.
 //!
 //! | param | meaning |
 //! |---|---|
-//! | `hostname` | the container's hostname as its Proxmox config holds it now |
-//! | `config_digest` | the `digest` of its config (`GET /nodes/{node}/lxc/{vmid}/config`, 40 hex digits) |
-//! | `bootstrap` | `true`: push a bootstrap (token, endpoints) into it; `false` (default): none |
+//! | `guest_kind` | `lxc` (the default: jobs signed before VMs name none) or `qemu` (decision 0122) |
+//! | `hostname` | the container's `hostname`, or the VM's `name`, as its Proxmox config holds it now |
+//! | `config_digest` | the `digest` of its config (`GET /nodes/{node}/{lxc,qemu}/{vmid}/config`, 40 hex digits) |
+//! | `bootstrap` | `true`: push a bootstrap (token, endpoints) into it; `false` (default): none (a container only, for now) |
 //! | `customer_id`, `customer_name` | whom the bootstrap names (needed with `bootstrap=true`) |
 //!
 //! The digest is Proxmox's SHA-1 of the config file: any change to the container's config
@@ -15,9 +17,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::desired::CustomerIdentity;
+use crate::desired::{CustomerIdentity, GuestKind};
 use crate::validate::{self, ValidationError};
 
+/// The `guest_kind` parameter.
+pub const GUEST_KIND_PARAM: &str = "guest_kind";
 /// The `hostname` parameter.
 pub const HOSTNAME_PARAM: &str = "hostname";
 /// The `config_digest` parameter.
@@ -34,7 +38,9 @@ pub const MAX_HOSTNAME: usize = 255;
 /// What an `adopt` job pins and asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdoptParams {
-    /// The container's hostname, as its config holds it.
+    /// The kind of guest the operator signed for: the vmid must hold one of this kind.
+    pub kind: GuestKind,
+    /// The container's hostname or the VM's name, as its config holds it.
     pub hostname: String,
     /// The config's digest (40 lowercase hex digits).
     pub config_digest: String,
@@ -65,7 +71,8 @@ impl AdoptParams {
     /// Reads and checks an `adopt` job's parameters. A parameter this table does not name is
     /// refused: the operator signs exactly what the agent reads.
     pub fn from_params(params: &Map<String, Value>) -> Result<Self, ValidationError> {
-        const KNOWN: [&str; 5] = [
+        const KNOWN: [&str; 6] = [
+            GUEST_KIND_PARAM,
             HOSTNAME_PARAM,
             DIGEST_PARAM,
             BOOTSTRAP_PARAM,
@@ -85,6 +92,12 @@ impl AdoptParams {
                 .get(name)
                 .and_then(Value::as_str)
                 .ok_or_else(|| invalid(name, "`adopt` needs a string"))
+        };
+        let kind = match params.get(GUEST_KIND_PARAM) {
+            None => GuestKind::Lxc,
+            Some(Value::String(k)) if k == "lxc" => GuestKind::Lxc,
+            Some(Value::String(k)) if k == "qemu" => GuestKind::Qemu,
+            Some(_) => return Err(invalid(GUEST_KIND_PARAM, "must be lxc or qemu")),
         };
         let hostname = text(HOSTNAME_PARAM)?;
         if !is_hostname(hostname) {
@@ -109,6 +122,11 @@ impl AdoptParams {
             Some(Value::String(t)) if t == "false" => false,
             Some(_) => return Err(invalid(BOOTSTRAP_PARAM, "must be true or false")),
         };
+        if wanted && kind == GuestKind::Qemu {
+            // A VM's bootstrap goes through its guest agent's file-write; adopt does not write
+            // one yet (decision 0122): refused before it is signed, never half done.
+            return Err(invalid(BOOTSTRAP_PARAM, "not available for a VM yet"));
+        }
         let bootstrap = if wanted {
             let customer_id = text(CUSTOMER_ID_PARAM)?;
             validate::ident(|| format!("params.{CUSTOMER_ID_PARAM}"), customer_id, 64)?;
@@ -131,6 +149,7 @@ impl AdoptParams {
             None
         };
         Ok(Self {
+            kind,
             hostname: hostname.to_owned(),
             config_digest: config_digest.to_owned(),
             bootstrap,
@@ -163,6 +182,12 @@ mod tests {
         })))
         .unwrap();
         assert_eq!(with.bootstrap.unwrap().customer_id, "acme");
+        assert_eq!(with.kind, GuestKind::Lxc, "no kind is a container");
+        let vm = AdoptParams::from_params(&params(
+            json!({ "guest_kind": "qemu", "hostname": "legacy-vm", "config_digest": DIGEST }),
+        ))
+        .unwrap();
+        assert_eq!(vm.kind, GuestKind::Qemu);
     }
 
     #[test]
@@ -178,6 +203,12 @@ mod tests {
             json!({ "hostname": "web", "config_digest": DIGEST, "bootstrap": true }),
             json!({ "hostname": "web", "config_digest": DIGEST, "customer_id": "acme" }),
             json!({ "hostname": "web", "config_digest": DIGEST, "vmid": "101" }),
+            json!({ "hostname": "web", "config_digest": DIGEST, "guest_kind": "kvm" }),
+            json!({ "hostname": "web", "config_digest": DIGEST, "guest_kind": 1 }),
+            json!({
+                "hostname": "web", "config_digest": DIGEST, "guest_kind": "qemu",
+                "bootstrap": "true", "customer_id": "acme", "customer_name": "Acme Ltd",
+            }),
         ] {
             assert!(
                 AdoptParams::from_params(&params(bad.clone())).is_err(),

@@ -98,7 +98,7 @@ pub use requests::{
 pub use role::{
     BOSUN_AGENT_PRIVILEGES, BOSUN_AGENT_ROLE, BOSUN_AGENT_TOKEN_ID, BOSUN_AGENT_USER,
     BOSUN_GUEST_PRIVILEGES, BOSUN_GUEST_PRIVILEGES_PVE8, BOSUN_GUEST_ROLE, BOSUN_POOL,
-    GUEST_REACH_PRIVILEGES, guest_privileges_for,
+    GUEST_REACH_PRIVILEGES, POOL_MEMBERSHIP_PRIVILEGES, guest_privileges_for,
 };
 pub use setup::{PveSettings, PveSetupError, client_from_settings};
 pub use startup::StartupOrder;

@@ -73,6 +73,14 @@ pub const GUEST_REACH_PRIVILEGES: &[&str] = &[
     "VM.Monitor",
 ];
 
+/// Privileges that would let the token change pool `bosun`'s members (decision 0122):
+/// `update_pool` needs `Pool.Allocate` on `/pool/bosun`, and on each VM `Permissions.Modify`
+/// or `VM.Allocate`, which `BosunAgent` holds on `/`; `Permissions.Modify` on the pool would
+/// let the token grant itself the rest. With either, a compromised agent could put any VM in
+/// the pool and reach inside it, so the token holds neither there: the operator adds a VM to
+/// the pool, as root, before a signed `adopt`.
+pub const POOL_MEMBERSHIP_PRIVILEGES: &[&str] = &["Pool.Allocate", "Permissions.Modify"];
+
 /// The `BosunGuest` privileges for a PVE release (`9.1` → PVE 9's, `8.4` → PVE 8's); `None`
 /// for a release that is not a number.
 pub fn guest_privileges_for(release: &str) -> Option<&'static [&'static str]> {

@@ -509,7 +509,7 @@ async fn a_hostile_hub_cannot_adopt_what_the_operator_did_not_sign() {
 }
 
 /// Where the agent is killed, and how the job ends once it runs again.
-const ADOPT_POINTS: &[(&str, &str)] = &[
+pub(crate) const ADOPT_POINTS: &[(&str, &str)] = &[
     // Killed as the step is written: the run goes on or ends `interrupted before acceptance`.
     ("adopt_job.accepted.intent", "either"),
     ("adopt_job.accepted.done", "succeeded"),

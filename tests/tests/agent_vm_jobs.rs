@@ -5,7 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
-use agent_support::vm::{POOL, append_config, calls, desired_of, vm_golden, vm_restores};
+use agent_support::vm::{
+    POOL, append_config, calls, desired_of, foreign_vm, vm_golden, vm_restores,
+};
 
 use std::time::Duration;
 
@@ -16,24 +18,6 @@ use bosun_proto::desired::GuestKind;
 use bosun_pvesim::SimHandle;
 use serde_json::Value;
 use uuid::Uuid;
-
-/// A VM an administrator restored outside Bosun, at `vmid`: never Bosun's to touch.
-async fn foreign_vm(sim: &SimHandle, volid: &str, vmid: u32) {
-    let vmid = bosun_pve::Vmid::new(vmid).unwrap();
-    let mut request = bosun_pve::VmRestoreRequest::new(
-        vmid,
-        bosun_pve::VolumeId::new(volid.to_owned()).unwrap(),
-        bosun_pve::StorageId::new("local-lvm".to_owned()).unwrap(),
-    );
-    request.start = true;
-    let root = root_client(sim);
-    let upid = bosun_pve::PveQemu::restore_vm(&root, &request)
-        .await
-        .unwrap();
-    bosun_pve::Pve::wait_task(&root, bosun_pve::Op::RestoreVm, &upid)
-        .await
-        .unwrap();
-}
 
 /// A simulator, a hub and an enrolled agent trusting one operator key, with one customer
 /// VM provisioned from a signed VM base and running, and a foreign VM at 4321.

@@ -96,6 +96,7 @@ mod agent_tunnel;
 mod agent_update;
 mod agent_update_bench;
 mod agent_verify;
+mod agent_vm_adopt;
 mod agent_vm_backup;
 mod agent_vm_crash;
 mod agent_vm_dr;

@@ -931,3 +931,32 @@ async fn a_token_without_the_pool_grant_fails_with_the_commands_that_write_it() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_could_add_any_vm_to_bosuns_pool_fails() {
+    bounded(async {
+        let f = fixture(fast_sim()).await;
+        // As the doc sets it up, plus Pool.Allocate on the pool: with BosunAgent's VM.Allocate
+        // on `/`, Proxmox would let the token put any VM in the pool (decision 0122).
+        let args = token_with_guest_reach_on(&f, "pool-joiner", "");
+        f.sim()
+            .add_role("BosunPoolJoin", &["Pool.Allocate"])
+            .expect("role");
+        for subject in ["bosun@pve", "bosun@pve!pool-joiner"] {
+            f.sim()
+                .grant("/pool/bosun", subject, "BosunPoolJoin", true)
+                .expect("grant");
+        }
+        let report = check(&args).await;
+        let text = report.render_text();
+        let reach = report.check("guest-reach").expect("check");
+        assert_eq!(reach.status, Status::Fail, "{text}");
+        assert!(reach.detail.contains("Pool.Allocate"), "{text}");
+        assert!(
+            reach.fix.iter().any(|l| l.contains("pveum pool modify")),
+            "{text}"
+        );
+        assert_eq!(report.exit_code, 12, "{text}");
+    })
+    .await;
+}

@@ -1,14 +1,16 @@
 //! The `guest-reach` check (decision 0113): what reaches inside a VM — its guest agent
 //! (`VM.GuestAgent.*` on PVE 9, `VM.Monitor` on PVE 8), its cloud-init identity
 //! (`VM.Config.Cloudinit`) and its SMBIOS identity (`VM.Config.HWType`) — the token holds on Bosun's pool, `/pool/bosun`, and nowhere
-//! else: not on `/`, not on `/vms`, not on a VM outside the pool. A compromised agent then
-//! runs nothing and writes nothing in a VM Bosun did not create or adopt.
+//! else: not on `/`, not on `/vms`, not on a VM outside the pool. Nor may the token change the
+//! pool's members (`Pool.Allocate` or `Permissions.Modify` on `/pool/bosun`, decision 0122):
+//! it would put any VM in the pool itself. A compromised agent then runs nothing and writes
+//! nothing in a VM Bosun did not create or adopt.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use bosun_pve::{
-    BOSUN_GUEST_ROLE, BOSUN_POOL, GUEST_REACH_PRIVILEGES, Pve, PveClient, PveError,
-    guest_privileges_for,
+    BOSUN_GUEST_ROLE, BOSUN_POOL, GUEST_REACH_PRIVILEGES, POOL_MEMBERSHIP_PRIVILEGES, Pve,
+    PveClient, PveError, guest_privileges_for,
 };
 
 use super::Plan;
@@ -79,6 +81,28 @@ pub(super) fn judge(
                 format!(
                     "grant {BOSUN_GUEST_ROLE} on {pool_path} only (docs/pve-token.md), never on / or /vms"
                 ),
+            ],
+        );
+    }
+    let joins: Vec<&str> = on_pool
+        .into_iter()
+        .flat_map(|h| h.keys())
+        .map(String::as_str)
+        .filter(|p| POOL_MEMBERSHIP_PRIVILEGES.contains(p))
+        .collect();
+    if !joins.is_empty() {
+        return Check::fail(
+            "guest-reach",
+            format!(
+                "the token can change {pool_path}'s members ({}): it could put any VM in Bosun's pool and reach inside it",
+                joins.join(", ")
+            ),
+            vec![
+                format!(
+                    "pveum user token permissions {} --path {pool_path}  # which role grants it",
+                    token.replacen('!', " ", 1)
+                ),
+                "remove that grant: only the operator, as root, adds a VM to the pool (`pveum pool modify bosun --vms VMID`, docs/pve-token.md)".to_owned(),
             ],
         );
     }

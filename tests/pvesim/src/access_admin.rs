@@ -12,6 +12,12 @@
 //!   not modifiable.
 //! - `GET /pools` lists the pools the caller holds `Pool.Audit` on; `POST /pools` needs
 //!   `Pool.Allocate` on `/pool/<poolid>`.
+//! - `PUT /pools` (and the deprecated `PUT /pools/{poolid}`) changes a pool's members as
+//!   pve-manager's `update_pool` does: `Pool.Allocate` on `/pool/<poolid>` before anything, then
+//!   for each vmid `check_perm_modify` on `/vms/<vmid>` (`Permissions.Modify` or
+//!   `VM.Allocate`); a guest in another pool moves only with `allow-move` and `Pool.Allocate` on
+//!   that pool. Every refusal inside the lock answers 500 with `update pools failed: …` (a
+//!   permission refusal too: the lock wrapper stringifies it). Storage members are not modelled.
 //! - `GET /access/acl` lists the entries on paths the caller holds `Permissions.Modify` on;
 //!   `PUT /access/acl` needs `Permissions.Modify` on the path (`perm-modify`).
 //! - A refused change answers 500 with the lock wrapper's words (`create user failed: user
@@ -35,6 +41,7 @@ pub(crate) enum AccessHandler {
     RoleUpdate,
     PoolList,
     PoolCreate,
+    PoolUpdate,
     AclList,
     AclUpdate,
 }
@@ -49,6 +56,7 @@ pub(crate) fn dispatch(handler: AccessHandler, ctx: &Ctx) -> HandlerResult {
         AccessHandler::RoleUpdate => role_update(ctx),
         AccessHandler::PoolList => pool_list(ctx),
         AccessHandler::PoolCreate => pool_create(ctx),
+        AccessHandler::PoolUpdate => pool_update(ctx),
         AccessHandler::AclList => acl_list(ctx),
         AccessHandler::AclUpdate => acl_update(ctx),
     }
@@ -96,6 +104,9 @@ const POOLID: ParamSpec = req(
         pattern: Some(r"[A-Za-z0-9\-_]+"),
     },
 );
+const VMS: ParamSpec = opt("vms", ParamKind::VmIdList);
+const ALLOW_MOVE: ParamSpec = opt("allow-move", BOOL);
+const DELETE: ParamSpec = opt("delete", BOOL);
 
 const fn a(
     method: &'static str,
@@ -172,6 +183,20 @@ pub(crate) static ACCESS_ROUTES: &[RouteSpec] = &[
         &[POOLID, COMMENT],
         Perm::All,
         AccessHandler::PoolCreate,
+    ),
+    a(
+        "PUT",
+        "/pools",
+        &[POOLID, COMMENT, VMS, ALLOW_MOVE, DELETE],
+        Perm::All,
+        AccessHandler::PoolUpdate,
+    ),
+    a(
+        "PUT",
+        "/pools/{poolid}",
+        &[POOLID, COMMENT, VMS, ALLOW_MOVE, DELETE],
+        Perm::All,
+        AccessHandler::PoolUpdate,
     ),
     a("GET", "/access/acl", &[], Perm::All, AccessHandler::AclList),
     a(
@@ -317,6 +342,67 @@ fn pool_list(ctx: &Ctx) -> HandlerResult {
         .map(|p| json!({ "poolid": p }))
         .collect();
     data(json!(pools))
+}
+
+/// `update_pool`: the pool's members changed vmid by vmid, every check inside the lock.
+fn pool_update(ctx: &Ctx) -> HandlerResult {
+    let poolid = ctx.required("poolid")?;
+    ctx.require(&format!("/pool/{poolid}"), "Pool.Allocate")?;
+    let refused = |why: String| ApiError::internal(&format!("update pools failed: {why}"));
+    let vmids: Vec<u32> = ctx
+        .get("vms")
+        .unwrap_or_default()
+        .split([',', ';', ' '])
+        .filter(|v| !v.is_empty())
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let (delete, allow_move) = (ctx.flag("delete"), ctx.flag("allow-move"));
+    let mut st = ctx.shared.state.lock();
+    if !st.access.pool_exists(poolid) {
+        return Err(refused(format!("pool '{poolid}' does not exist")));
+    }
+    // PVE writes user.cfg once, after every vmid passed: a refusal changes nothing.
+    let mut changes = Vec::with_capacity(vmids.len());
+    for vmid in vmids {
+        let path = format!("/vms/{vmid}");
+        if !["Permissions.Modify", "VM.Allocate"]
+            .iter()
+            .any(|p| st.access.has(&ctx.authid, &path, p))
+        {
+            return Err(refused(format!(
+                "Permission check failed ({path}, Permissions.Modify|VM.Allocate)"
+            )));
+        }
+        let current = st.access.pool_of(vmid).map(str::to_owned);
+        if delete {
+            if current.as_deref() != Some(poolid) {
+                return Err(refused(format!("VM {vmid} is not a pool member")));
+            }
+        } else if current.as_deref() == Some(poolid) {
+            return Err(refused(format!("VM {vmid} is already a pool member")));
+        } else if let Some(existing) = current {
+            if !allow_move {
+                return Err(refused(format!(
+                    "VM {vmid} belongs already to pool '{existing}' and 'allow-move' is not set"
+                )));
+            }
+            let pool_path = format!("/pool/{existing}");
+            if !st.access.has(&ctx.authid, &pool_path, "Pool.Allocate") {
+                return Err(refused(format!(
+                    "Permission check failed ({pool_path}, Pool.Allocate)"
+                )));
+            }
+        }
+        changes.push(vmid);
+    }
+    for vmid in changes {
+        if delete {
+            st.access.remove_vm_from_pools(vmid);
+        } else {
+            st.access.add_vm_to_pool(vmid, poolid);
+        }
+    }
+    data(Value::Null)
 }
 
 fn pool_create(ctx: &Ctx) -> HandlerResult {

@@ -93,6 +93,18 @@ impl SimHandle {
         Some(self.shared.state.lock().vms.get(&vmid)?.conf.clone())
     }
 
+    /// Makes VM `vmid` a template, as root's `qm template` does (`template: 1`); `false` for an
+    /// unknown or a running VM (Proxmox converts only a stopped one).
+    pub fn make_vm_template(&self, vmid: u32) -> bool {
+        match self.shared.state.lock().vms.get_mut(&vmid) {
+            Some(vm) if !vm.running() => {
+                vm.conf.insert("template".into(), "1".into());
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The vmids of every VM on the node.
     pub fn vm_ids(&self) -> Vec<u32> {
         self.shared.state.lock().vms.keys().copied().collect()

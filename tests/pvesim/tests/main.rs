@@ -19,6 +19,7 @@ mod lxc;
 mod node_load;
 mod pct_admin;
 mod pct_tar;
+mod pools;
 mod qemu;
 mod qemu_vzdump;
 mod remote_storage;

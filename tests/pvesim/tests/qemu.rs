@@ -13,7 +13,12 @@ use bosun_pvesim::{SimConfig, TaskDurations};
 use common::{Sim, start, start_with};
 
 /// Restores the VM golden archive as `vmid` into `pool` (none with `""`) as `token`.
-async fn restore_vm(sim: &Sim, token: &bosun_pvesim::TokenCredential, vmid: u32, pool: &str) {
+pub(crate) async fn restore_vm(
+    sim: &Sim,
+    token: &bosun_pvesim::TokenCredential,
+    vmid: u32,
+    pool: &str,
+) {
     let archive = sim.handle.add_vm_golden();
     let id = vmid.to_string();
     let mut params = vec![

@@ -64,6 +64,53 @@ pub fn vm_golden(sim: &SimHandle, files: &AgentFiles) -> (String, String, Value)
     (volid, sha, entry)
 }
 
+/// A VM an administrator restored outside Bosun from `volid`, at `vmid`, running: never
+/// Bosun's to touch unless a signed `adopt` names it.
+pub async fn foreign_vm(sim: &SimHandle, volid: &str, vmid: u32) {
+    let vmid = bosun_pve::Vmid::new(vmid).unwrap();
+    let mut request = bosun_pve::VmRestoreRequest::new(
+        vmid,
+        bosun_pve::VolumeId::new(volid.to_owned()).unwrap(),
+        bosun_pve::StorageId::new("local-lvm".to_owned()).unwrap(),
+    );
+    request.start = true;
+    let root = super::root_client(sim);
+    let upid = bosun_pve::PveQemu::restore_vm(&root, &request)
+        .await
+        .unwrap();
+    bosun_pve::Pve::wait_task(&root, bosun_pve::Op::RestoreVm, &upid)
+        .await
+        .unwrap();
+}
+
+/// `PUT /pools` adding `vmid` to pool `bosun` with `token` (root's: the operator's `pveum pool
+/// modify bosun --vms VMID`; the agent's: what a compromised agent would try): the status and
+/// PVE's message.
+pub async fn join_bosun_pool(
+    sim: &SimHandle,
+    token: &bosun_pvesim::TokenCredential,
+    vmid: u32,
+) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let resp = client
+        .put(format!("{}/pools", sim.endpoint().url))
+        .header("Authorization", token.header_value())
+        .form(&[("poolid", "bosun"), ("vms", &vmid.to_string())])
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await.unwrap_or(Value::Null);
+    (
+        status,
+        body["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
 /// The requests that reached Proxmox, as `(method, path)`.
 pub fn calls(sim: &SimHandle) -> Vec<(String, String)> {
     sim.requests()

@@ -1,26 +1,31 @@
 //! What an `adopt` job finds in Proxmox, judged against what the operator signed
-//! ([`judge`], a pure function over the container's config): the vmid holds a container, not
-//! a template, carrying no identity of Bosun's, with the signed hostname and exactly the
-//! signed config digest, running when a bootstrap is asked for. A container that already
-//! carries this job's own identity is this job's, from a run a crash interrupted.
+//! ([`judge`], a pure function over the guest's config): the vmid holds a guest of the signed
+//! kind, not a template, carrying no identity of Bosun's, with the signed name and exactly the
+//! signed config digest, running when a bootstrap is asked for, and — a virtual machine —
+//! already a member of pool `bosun` (decision 0122: the agent's token cannot add a VM to the
+//! pool; the operator does, as root). A guest that already carries this job's own identity is
+//! this job's, from a run a crash interrupted.
 //!
-//! Nothing here writes; [`AdoptRefusal`] is why a container is not adopted, and its text
-//! leads with a code the hub and the operator read (`config_changed: …`).
+//! Nothing here writes; [`AdoptRefusal`] is why a guest is not adopted, and its text leads with
+//! a code the hub and the operator read (`config_changed: …`).
 
-use bosun_pve::CtConfig;
+use bosun_proto::desired::GuestKind;
+use bosun_pve::{BOSUN_POOL, CtConfig};
 
 use crate::guests::reconcile::lookup::has_tag;
 
 /// The prefix of every identity tag the agent writes ([`crate::ops::journal::identity_tag`]).
 const IDENTITY_PREFIX: &str = "bosun-op-";
 
-/// How much of a value found in a container's config a refusal repeats.
+/// How much of a value found in a guest's config a refusal repeats.
 const MAX_SHOWN: usize = 64;
 
 /// What the signature pins, and what the job itself will write.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Pins<'a> {
-    /// The signed hostname.
+    /// The signed kind of guest.
+    pub(super) kind: GuestKind,
+    /// The signed hostname (a container) or name (a VM).
     pub(super) hostname: &'a str,
     /// The signed config digest.
     pub(super) digest: &'a str,
@@ -30,10 +35,19 @@ pub(super) struct Pins<'a> {
     pub(super) bootstrap: bool,
 }
 
-/// What the container is, once judged.
+/// What Proxmox says of the guest at the vmid, besides its config.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Seen {
+    /// Whether it runs (read only when a bootstrap is asked for).
+    pub(super) running: bool,
+    /// The pool it is a member of (`/cluster/resources`; read for a VM only).
+    pub(super) pool: Option<String>,
+}
+
+/// What the guest is, once judged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Found {
-    /// The container the operator signed for, not yet the agent's: its tags now.
+    /// The guest the operator signed for, not yet the agent's: its tags now.
     Fresh {
         /// Its tags, in order, to be kept beside the identity.
         tags: Vec<String>,
@@ -42,7 +56,23 @@ pub(super) enum Found {
     Ours,
 }
 
-/// Why a container is not adopted.
+/// How a refusal names a guest of `kind`: `CT 120`, `VM 120`.
+pub(super) fn label(kind: GuestKind) -> &'static str {
+    match kind {
+        GuestKind::Lxc => "CT",
+        GuestKind::Qemu => "VM",
+    }
+}
+
+/// The config key that holds a guest's name: a container's `hostname`, a VM's `name`.
+fn name_key(kind: GuestKind) -> &'static str {
+    match kind {
+        GuestKind::Lxc => "hostname",
+        GuestKind::Qemu => "name",
+    }
+}
+
+/// Why a guest is not adopted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdoptRefusal {
     /// No container holds the vmid on this node (nothing, or a virtual machine).
@@ -51,23 +81,35 @@ pub enum AdoptRefusal {
         /// The vmid.
         vmid: u32,
     },
-    /// A template is not a guest.
-    #[error("not_a_guest: CT {vmid} is a template")]
-    Template {
+    /// No virtual machine holds the vmid on this node (nothing, or a container).
+    #[error("no_vm: no virtual machine holds vmid {vmid} on this node")]
+    NoVm {
         /// The vmid.
         vmid: u32,
     },
-    /// The container carries an identity Bosun wrote (a guest of this or another agent).
-    #[error("bosun_guest: CT {vmid} carries a Bosun identity ({tag}); it is not adopted")]
+    /// A template is not a guest.
+    #[error("not_a_guest: {label} {vmid} is a template")]
+    Template {
+        /// `CT` or `VM`.
+        label: &'static str,
+        /// The vmid.
+        vmid: u32,
+    },
+    /// The guest carries an identity Bosun wrote (a guest of this or another agent).
+    #[error("bosun_guest: {label} {vmid} carries a Bosun identity ({tag}); it is not adopted")]
     BosunIdentity {
+        /// `CT` or `VM`.
+        label: &'static str,
         /// The vmid.
         vmid: u32,
         /// The tag found (escaped, cut).
         tag: String,
     },
-    /// Another hostname than the signed one.
-    #[error("hostname_mismatch: CT {vmid} is named {found}, the job was signed for {signed}")]
+    /// Another hostname (or VM name) than the signed one.
+    #[error("hostname_mismatch: {label} {vmid} is named {found}, the job was signed for {signed}")]
     HostnameMismatch {
+        /// `CT` or `VM`.
+        label: &'static str,
         /// The vmid.
         vmid: u32,
         /// The signed hostname.
@@ -75,9 +117,11 @@ pub enum AdoptRefusal {
         /// The hostname found (escaped, cut), or `none`.
         found: String,
     },
-    /// The container is locked (a backup, a snapshot): its config is not the signed one.
-    #[error("locked: CT {vmid} is locked ({lock}); sign again once it is not")]
+    /// The guest is locked (a backup, a snapshot): its config is not the signed one.
+    #[error("locked: {label} {vmid} is locked ({lock}); sign again once it is not")]
     Locked {
+        /// `CT` or `VM`.
+        label: &'static str,
         /// The vmid.
         vmid: u32,
         /// The lock (escaped, cut).
@@ -85,14 +129,27 @@ pub enum AdoptRefusal {
     },
     /// The config changed since the operator read the digest they signed.
     #[error(
-        "config_changed: CT {vmid}'s config digest is {found}, the job was signed for {signed}"
+        "config_changed: {label} {vmid}'s config digest is {found}, the job was signed for {signed}"
     )]
     ConfigChanged {
+        /// `CT` or `VM`.
+        label: &'static str,
         /// The vmid.
         vmid: u32,
         /// The signed digest.
         signed: String,
         /// The digest found (escaped, cut).
+        found: String,
+    },
+    /// A VM outside pool `bosun`: the agent's token cannot add it (decision 0122), and without
+    /// it the token reaches nothing inside the VM (decision 0113).
+    #[error(
+        "not_in_pool: VM {vmid} is in {found}, not in pool bosun; as root on the node, `pveum pool modify bosun --vms {vmid}` adds it (the agent's token cannot), then sign again"
+    )]
+    NotInPool {
+        /// The vmid.
+        vmid: u32,
+        /// `no pool`, or `pool 'x'` (escaped, cut).
         found: String,
     },
     /// A bootstrap is asked for, but `pct push` needs a running container.
@@ -105,7 +162,7 @@ pub enum AdoptRefusal {
     },
 }
 
-/// A value from the container's config as a refusal shows it: escaped and cut.
+/// A value from the guest's config as a refusal shows it: escaped and cut.
 fn shown(value: &str) -> String {
     value
         .chars()
@@ -114,7 +171,7 @@ fn shown(value: &str) -> String {
         .collect()
 }
 
-/// The container's tags, as Proxmox separates them.
+/// The guest's tags, as Proxmox separates them.
 pub(super) fn tags_of(config: &CtConfig) -> Vec<String> {
     config
         .get_str("tags")
@@ -127,29 +184,33 @@ pub(super) fn tags_of(config: &CtConfig) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Judges the container at `vmid` (its config, whether it runs) against the job's pins.
+/// Judges the guest of the signed kind at `vmid` (its config, what else was seen) against the
+/// job's pins.
 pub(super) fn judge(
     vmid: u32,
     config: &CtConfig,
-    running: bool,
+    seen: &Seen,
     pins: &Pins<'_>,
 ) -> Result<Found, AdoptRefusal> {
+    let label = label(pins.kind);
     if has_tag(config.get_str("tags").as_deref(), pins.identity) {
         return Ok(Found::Ours);
     }
     let tags = tags_of(config);
     if let Some(tag) = tags.iter().find(|t| t.starts_with(IDENTITY_PREFIX)) {
         return Err(AdoptRefusal::BosunIdentity {
+            label,
             vmid,
             tag: shown(tag),
         });
     }
     if config.get_bool("template").unwrap_or(false) {
-        return Err(AdoptRefusal::Template { vmid });
+        return Err(AdoptRefusal::Template { label, vmid });
     }
-    let hostname = config.hostname();
+    let hostname = config.get_str(name_key(pins.kind));
     if hostname.as_deref() != Some(pins.hostname) {
         return Err(AdoptRefusal::HostnameMismatch {
+            label,
             vmid,
             signed: pins.hostname.to_owned(),
             found: hostname.as_deref().map_or_else(|| "none".to_owned(), shown),
@@ -157,18 +218,29 @@ pub(super) fn judge(
     }
     if let Some(lock) = config.lock() {
         return Err(AdoptRefusal::Locked {
+            label,
             vmid,
             lock: shown(&lock),
         });
     }
     if config.digest != pins.digest {
         return Err(AdoptRefusal::ConfigChanged {
+            label,
             vmid,
             signed: pins.digest.to_owned(),
             found: shown(&config.digest),
         });
     }
-    if pins.bootstrap && !running {
+    if pins.kind == GuestKind::Qemu && seen.pool.as_deref() != Some(BOSUN_POOL) {
+        return Err(AdoptRefusal::NotInPool {
+            vmid,
+            found: seen
+                .pool
+                .as_deref()
+                .map_or_else(|| "no pool".to_owned(), |p| format!("pool '{}'", shown(p))),
+        });
+    }
+    if pins.bootstrap && !seen.running {
         return Err(AdoptRefusal::NotRunning { vmid });
     }
     Ok(Found::Fresh { tags })
@@ -197,6 +269,7 @@ mod tests {
 
     fn pins(bootstrap: bool) -> Pins<'static> {
         Pins {
+            kind: GuestKind::Lxc,
             hostname: "legacy-web",
             digest: DIGEST,
             identity: IDENTITY,
@@ -204,15 +277,97 @@ mod tests {
         }
     }
 
+    fn seen(running: bool) -> Seen {
+        Seen {
+            running,
+            pool: None,
+        }
+    }
+
+    /// A VM's config: its `name`, no `hostname`.
+    fn vm_config(extra: serde_json::Value) -> CtConfig {
+        let mut config = config(extra);
+        let name = config.values.remove("hostname");
+        if let Some(name) = name
+            && !config.values.contains_key("name")
+        {
+            config.values.insert("name".into(), name);
+        }
+        config
+    }
+
+    fn vm_pins() -> Pins<'static> {
+        Pins {
+            kind: GuestKind::Qemu,
+            ..pins(false)
+        }
+    }
+
+    fn in_pool(pool: &str) -> Seen {
+        Seen {
+            running: true,
+            pool: Some(pool.to_owned()),
+        }
+    }
+
     #[test]
-    fn the_signed_container_is_fresh_and_keeps_its_tags() {
+    fn a_vm_is_judged_by_its_name_and_must_be_in_bosuns_pool() {
         assert_eq!(
-            judge(120, &config(json!({})), false, &pins(false)),
+            judge(120, &vm_config(json!({})), &in_pool("bosun"), &vm_pins()),
             Ok(Found::Fresh {
                 tags: vec!["prod".into(), "web".into()]
             })
         );
-        assert!(judge(120, &config(json!({})), true, &pins(true)).is_ok());
+        let code = |r: Result<Found, AdoptRefusal>| {
+            let text = r.expect_err("refused").to_string();
+            text.split(':').next().unwrap_or_default().to_owned()
+        };
+        // Outside the pool, or in another one: the operator adds it, never the agent.
+        for seen in [seen(true), in_pool("ops")] {
+            let refused = judge(120, &vm_config(json!({})), &seen, &vm_pins());
+            assert_eq!(code(refused.clone()), "not_in_pool");
+            let text = refused.expect_err("refused").to_string();
+            assert!(text.contains("pveum pool modify bosun --vms 120"), "{text}");
+        }
+        // A container's `hostname` is not a VM's name.
+        assert_eq!(
+            code(judge(
+                120,
+                &config(json!({})),
+                &in_pool("bosun"),
+                &vm_pins()
+            )),
+            "hostname_mismatch"
+        );
+        for (extra, expected) in [
+            (json!({ "template": 1 }), "not_a_guest"),
+            (
+                json!({ "tags": "bosun-op-0000000000000000000000000000ffff" }),
+                "bosun_guest",
+            ),
+            (json!({ "name": "other" }), "hostname_mismatch"),
+            (json!({ "lock": "backup" }), "locked"),
+            (
+                json!({ "digest": "1123456789abcdef0123456789abcdef01234567" }),
+                "config_changed",
+            ),
+        ] {
+            let refused = judge(120, &vm_config(extra), &in_pool("bosun"), &vm_pins());
+            let text = refused.clone().expect_err("refused").to_string();
+            assert!(text.contains("VM 120"), "{text}");
+            assert_eq!(code(refused), expected);
+        }
+    }
+
+    #[test]
+    fn the_signed_container_is_fresh_and_keeps_its_tags() {
+        assert_eq!(
+            judge(120, &config(json!({})), &seen(false), &pins(false)),
+            Ok(Found::Fresh {
+                tags: vec!["prod".into(), "web".into()]
+            })
+        );
+        assert!(judge(120, &config(json!({})), &seen(true), &pins(true)).is_ok());
     }
 
     #[test]
@@ -221,7 +376,10 @@ mod tests {
             "tags": format!("prod;web;{IDENTITY}"),
             "digest": "ffffffffffffffffffffffffffffffffffffffff",
         }));
-        assert_eq!(judge(120, &tagged, false, &pins(true)), Ok(Found::Ours));
+        assert_eq!(
+            judge(120, &tagged, &seen(false), &pins(true)),
+            Ok(Found::Ours)
+        );
     }
 
     #[test]
@@ -244,16 +402,19 @@ mod tests {
             ),
         ];
         for (found, expected) in cases {
-            assert_eq!(code(judge(120, &found, true, &pins(false))), expected);
+            assert_eq!(
+                code(judge(120, &found, &seen(true), &pins(false))),
+                expected
+            );
         }
         assert_eq!(
-            code(judge(120, &config(json!({})), false, &pins(true))),
+            code(judge(120, &config(json!({})), &seen(false), &pins(true))),
             "not_running"
         );
         let mut nameless = config(json!({}));
         nameless.values.remove("hostname");
         assert_eq!(
-            code(judge(120, &nameless, true, &pins(false))),
+            code(judge(120, &nameless, &seen(true), &pins(false))),
             "hostname_mismatch"
         );
     }
@@ -261,7 +422,7 @@ mod tests {
     #[test]
     fn what_a_container_holds_is_shown_escaped_and_cut() {
         let hostile = config(json!({ "hostname": format!("\u{1b}[2J{}", "x".repeat(500)) }));
-        let text = judge(120, &hostile, true, &pins(false))
+        let text = judge(120, &hostile, &seen(true), &pins(false))
             .expect_err("refused")
             .to_string();
         assert!(!text.contains('\u{1b}'), "{text}");

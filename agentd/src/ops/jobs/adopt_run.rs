@@ -1,5 +1,6 @@
-//! The family of `adopt` (decision 0073): a container that was on the node before Bosun
-//! becomes one of the agent's guests, in its guest's queue slot, as journaled steps:
+//! The family of `adopt` (decisions 0073, 0122): a container or a virtual machine that was on
+//! the node before Bosun becomes one of the agent's guests, in its guest's queue slot, as
+//! journaled steps:
 //!
 //! ```text
 //! accepted ─► gate (AdoptGuest) ─► adopt_check ─► record_adopted ─► tag_identity ─┬─► done
@@ -9,7 +10,10 @@
 //!                                                  compare-and-set)                    store_token
 //! ```
 //!
-//! From `tag_identity` on, the container carries the identity the journal recorded, so every
+//! A VM is adopted only once the operator has put it in pool `bosun` (the agent's token cannot:
+//! decision 0122); `adopt_check` reads its pool, and nothing here changes pool membership.
+//!
+//! From `tag_identity` on, the guest carries the identity the journal recorded, so every
 //! pass and every job treat it as a provisioned guest (DESIGN §5): the gate, the backups of the
 //! plan once desired state names it, `lost` and DR. What fails before the identity lands
 //! leaves Proxmox as it was and takes the journal's row back; a lost answer to the tag update
@@ -17,15 +21,17 @@
 //! what the last run did (its row, its tag, its token) and goes on.
 
 use bosun_proto::adopt::AdoptParams;
-use bosun_proto::desired::CustomerIdentity;
-use bosun_pve::PveQemu;
-use bosun_pve::{ConfigUpdate, CtOptions, GuestStatus, Pve, Vmid};
+use bosun_proto::desired::{CustomerIdentity, GuestKind};
+use bosun_pve::{
+    ConfigUpdate, CtConfig, CtOptions, GuestStatus, Pve, PveError, PveQemu, VmConfigUpdate,
+    VmOptions, Vmid,
+};
 use futures::FutureExt as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::adopt_check::{AdoptRefusal, Found, Pins, judge};
+use super::adopt_check::{AdoptRefusal, Found, Pins, Seen, judge};
 use super::check::JobRefusal;
 use super::context::JobContext;
 use super::error::JobError;
@@ -44,6 +50,9 @@ pub(super) struct AdoptAccepted {
     job_id: String,
     guest_id: Uuid,
     vmid: u32,
+    /// The kind signed for (absent in runs accepted before VMs: a container).
+    #[serde(default)]
+    kind: GuestKind,
     hostname: String,
     config_digest: String,
     /// The customer a bootstrap names; `None`: no bootstrap.
@@ -109,6 +118,7 @@ impl<P: Pve + PveQemu + 'static> JobFamily<P> for AdoptJobs {
             job_id: job_id.to_string(),
             guest_id,
             vmid,
+            kind: params.kind,
             hostname: params.hostname,
             config_digest: params.config_digest,
             bootstrap: params.bootstrap,
@@ -142,7 +152,7 @@ impl<P: Pve + PveQemu + 'static> JobFamily<P> for AdoptJobs {
         (): (),
         signer: &VerifiedSigner,
     ) {
-        tracing::info!(job_id = %accepted.job_id, vmid = accepted.vmid, guest_id = %accepted.guest_id, op_id = %op.op_id(), "adopting a container by signed job");
+        tracing::info!(job_id = %accepted.job_id, vmid = accepted.vmid, kind = %accepted.kind, guest_id = %accepted.guest_id, op_id = %op.op_id(), "adopting a guest by signed job");
         let guest = Some((accepted.vmid, accepted.guest_id));
         let authority = JobAuthority::new(
             signer,
@@ -221,6 +231,7 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
         };
         Ok(json!({
             "vmid": self.job.vmid,
+            "kind": self.job.kind,
             "guest_id": self.job.guest_id,
             "identity": identity,
             "bootstrap": pushed,
@@ -265,37 +276,83 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
     async fn check(&self, vmid: Vmid, identity: &str) -> Result<Found, JobError> {
         let detail = json!({
             "vmid": self.job.vmid,
+            "kind": self.job.kind,
             "hostname": self.job.hostname,
             "config_digest": self.job.config_digest,
             "bootstrap": self.job.bootstrap.is_some(),
         });
         let pins = Pins {
+            kind: self.job.kind,
             hostname: &self.job.hostname,
             digest: &self.job.config_digest,
             identity,
             bootstrap: self.job.bootstrap.is_some(),
         };
         let look = async {
-            let config = match self.pve.ct_config(vmid).await {
-                Err(e) if e.is_missing() => {
-                    return Err(CheckError::Refused(AdoptRefusal::NoContainer {
-                        vmid: vmid.get(),
-                    }));
-                }
-                other => other.map_err(CheckError::Pve)?,
+            let (config, seen) = match self.job.kind {
+                GuestKind::Lxc => self.look_at_container(vmid, pins.bootstrap).await?,
+                GuestKind::Qemu => self.look_at_vm(vmid).await?,
             };
-            let running = if pins.bootstrap {
-                let status = self.pve.ct_status(vmid).await.map_err(CheckError::Pve)?;
-                status.status == GuestStatus::Running
-            } else {
-                false
-            };
-            judge(vmid.get(), &config, running, &pins).map_err(CheckError::Refused)
+            judge(vmid.get(), &config, &seen, &pins).map_err(CheckError::Refused)
         };
         Ok(self
             .op
             .local_typed(StepName::AdoptCheck, detail, look)
             .await?)
+    }
+
+    /// The container at `vmid`: its config, and whether it runs when a bootstrap needs it to.
+    async fn look_at_container(
+        &self,
+        vmid: Vmid,
+        bootstrap: bool,
+    ) -> Result<(CtConfig, Seen), CheckError> {
+        let config = match self.pve.ct_config(vmid).await {
+            Err(e) if e.is_missing() => {
+                return Err(CheckError::Refused(AdoptRefusal::NoContainer {
+                    vmid: vmid.get(),
+                }));
+            }
+            other => other.map_err(CheckError::Pve)?,
+        };
+        let running = if bootstrap {
+            let status = self.pve.ct_status(vmid).await.map_err(CheckError::Pve)?;
+            status.status == GuestStatus::Running
+        } else {
+            false
+        };
+        Ok((
+            config,
+            Seen {
+                running,
+                pool: None,
+            },
+        ))
+    }
+
+    /// The VM at `vmid`: its config and the pool it is a member of (`/cluster/resources`).
+    async fn look_at_vm(&self, vmid: Vmid) -> Result<(CtConfig, Seen), CheckError> {
+        let config = match self.pve.vm_config(vmid).await {
+            Err(e) if e.is_missing() => {
+                return Err(CheckError::Refused(AdoptRefusal::NoVm { vmid: vmid.get() }));
+            }
+            other => other.map_err(CheckError::Pve)?,
+        };
+        let pool = self
+            .pve
+            .cluster_guests()
+            .await
+            .map_err(CheckError::Pve)?
+            .into_iter()
+            .find(|g| g.vmid == u64::from(vmid.get()) && g.kind == GuestKind::Qemu.as_str())
+            .and_then(|g| g.pool);
+        Ok((
+            config,
+            Seen {
+                running: false,
+                pool,
+            },
+        ))
     }
 
     /// `record_adopted`: the journal's row, before the Proxmox call that writes the identity
@@ -334,33 +391,54 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
             .await?)
     }
 
-    /// `tag_identity`: the container's tags with the identity added, written only onto the
-    /// config the operator signed (its digest); a failed or unanswered update is judged by
-    /// the tag it would have written.
+    /// `tag_identity`: the guest's tags with the identity added, written only onto the config
+    /// the operator signed (its digest); a failed or unanswered update is judged by the tag it
+    /// would have written.
     async fn tag(&self, vmid: Vmid, identity: &str, mut tags: Vec<String>) -> Result<(), JobError> {
         tags.push(identity.to_owned());
-        let update = ConfigUpdate {
-            set: CtOptions {
-                tags,
-                ..CtOptions::default()
-            },
-            delete: Vec::new(),
-            digest: Some(self.job.config_digest.clone()),
+        let digest = Some(self.job.config_digest.clone());
+        let detail = json!({ "vmid": self.job.vmid, "kind": self.job.kind, "identity": identity });
+        let sent = match self.job.kind {
+            GuestKind::Lxc => {
+                let update = ConfigUpdate {
+                    set: CtOptions {
+                        tags,
+                        ..CtOptions::default()
+                    },
+                    delete: Vec::new(),
+                    digest,
+                };
+                self.op
+                    .call(
+                        StepName::TagIdentity,
+                        detail,
+                        self.pve.update_ct_config(vmid, &update),
+                    )
+                    .await
+            }
+            GuestKind::Qemu => {
+                let update = VmConfigUpdate {
+                    set: VmOptions {
+                        tags,
+                        ..VmOptions::default()
+                    },
+                    delete: Vec::new(),
+                    digest,
+                };
+                self.op
+                    .call(
+                        StepName::TagIdentity,
+                        detail,
+                        self.pve.update_vm_config(vmid, &update),
+                    )
+                    .await
+            }
         };
-        let detail = json!({ "vmid": self.job.vmid, "identity": identity });
-        let sent = self
-            .op
-            .call(
-                StepName::TagIdentity,
-                detail,
-                self.pve.update_ct_config(vmid, &update),
-            )
-            .await;
         let Err(failure) = sent else {
             return Ok(());
         };
         // Whatever the answer said, the tag is the truth: the update may have landed.
-        match self.pve.ct_config(vmid).await {
+        match self.config_now(vmid).await {
             Ok(config) if crate::guests::reconcile::lookup::carries_identity(&config, identity) => {
                 tracing::info!(
                     vmid = self.job.vmid,
@@ -369,6 +447,14 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
                 Ok(())
             }
             _ => Err(failure.into()),
+        }
+    }
+
+    /// The guest's config now, read as the signed kind.
+    async fn config_now(&self, vmid: Vmid) -> Result<CtConfig, PveError> {
+        match self.job.kind {
+            GuestKind::Lxc => self.pve.ct_config(vmid).await,
+            GuestKind::Qemu => self.pve.vm_config(vmid).await,
         }
     }
 
@@ -396,13 +482,13 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
     }
 }
 
-/// Why `adopt_check` failed: the container is not the signed one, or Proxmox did not answer.
+/// Why `adopt_check` failed: the guest is not the signed one, or Proxmox did not answer.
 #[derive(Debug, thiserror::Error)]
 enum CheckError {
-    /// The container is not adopted.
+    /// The guest is not adopted.
     #[error(transparent)]
     Refused(AdoptRefusal),
     /// Reading it failed.
-    #[error("reading the container from proxmox failed")]
+    #[error("reading the guest from proxmox failed")]
     Pve(#[source] bosun_pve::PveError),
 }

@@ -55,6 +55,26 @@ fn reach_on_vms_or_root_or_a_foreign_vm_fails() {
 }
 
 #[test]
+fn a_token_that_can_change_the_pools_members_fails() {
+    for privilege in bosun_pve::POOL_MEMBERSHIP_PRIVILEGES {
+        let mut on_pool = PVE9.to_vec();
+        on_pool.push(privilege);
+        let h = held(&[("/", &["VM.Allocate"]), ("/pool/bosun", &on_pool)]);
+        let c = judge(&h, &BTreeSet::new(), "9.1", TOKEN);
+        assert_eq!(
+            c.status,
+            super::super::report::Status::Fail,
+            "{privilege}: {c:?}"
+        );
+        assert!(c.detail.contains(privilege), "{c:?}");
+        assert!(
+            c.fix.iter().any(|f| f.contains("pveum pool modify")),
+            "{c:?}"
+        );
+    }
+}
+
+#[test]
 fn pve8_wants_vm_monitor_on_the_pool_and_nowhere_else() {
     let ok = held(&[("/pool/bosun", bosun_pve::BOSUN_GUEST_PRIVILEGES_PVE8)]);
     let c = judge(&ok, &BTreeSet::new(), "8.4", TOKEN);
