@@ -443,6 +443,35 @@ impl<P: PveQemu + 'static> Applier<P> {
         }
     }
 
+    /// `spec` with the kind the journal recorded for the guest at `lost_vmid` when it was
+    /// made, recovered or adopted (decision 0123): desired state is unsigned, and naming a
+    /// lost VM a container (or the reverse) would hold its DR back, every archive failing
+    /// its proof as the other kind. A mismatch is logged; the journal's kind is restored.
+    async fn recorded_kind(
+        &self,
+        spec: &bosun_proto::desired::GuestSpec,
+        lost_vmid: u32,
+    ) -> bosun_proto::desired::GuestSpec {
+        let guest_id = spec.guest_id.to_string();
+        let recorded = match self.journal.provenance(lost_vmid).await {
+            Ok(p) => p
+                .filter(|p| p.guest_id() == Some(guest_id.as_str()))
+                .map(|p| p.kind()),
+            Err(e) => {
+                tracing::warn!(%guest_id, lost_vmid, error = %error_chain(&e), "the journal's kind of a lost guest could not be read; desired state's is used");
+                None
+            }
+        };
+        let mut spec = spec.clone();
+        if let Some(kind) = recorded
+            && kind != spec.kind
+        {
+            tracing::warn!(%guest_id, lost_vmid, desired = ?spec.kind, recorded = ?kind, "desired state names a lost guest as the other kind; it is recovered as the kind the journal recorded");
+            spec.kind = kind;
+        }
+        spec
+    }
+
     /// Guest-loss DR: the lost guest restored from `known` (host loss: the archive the
     /// plan found on PBS), else the fastest surviving tier's newest backup of it. A failure
     /// is audited; the guest stays lost.
@@ -454,6 +483,7 @@ impl<P: PveQemu + 'static> Applier<P> {
         origin: Origin,
     ) -> Result<(), String> {
         let guest_id = spec.guest_id.to_string();
+        let spec = &self.recorded_kind(spec, lost_vmid).await;
         let attempt = async {
             let source = match known {
                 Some(source) => source.clone(),
