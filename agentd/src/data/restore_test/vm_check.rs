@@ -1,6 +1,6 @@
 //! The restore check in a scratch VM (DESIGN §8b): the same contract as a container's
 //! (`check.rs`: [`RESTORE_CHECK_PROBE`], then [`RESTORE_CHECK_PATH`], judged by the same
-//! [`check::judge`]), run through the guest agent's `exec` and `exec-status` instead of the
+//! `check::judge`), run through the guest agent's `exec` and `exec-status` instead of the
 //! helper's `pct exec` (decision 0113: the token's `VM.GuestAgent.Unrestricted` on Bosun's pool).
 //!
 //! The guest agent runs code inside a VM, so every `exec` goes through a [`ScratchVm`], which
