@@ -1,6 +1,6 @@
 //! What tests do to the simulated node's QEMU guests and pools outside the API: seed the VM
-//! golden archive, stop a guest's agent, read a VM's files, put a VM in a pool (an operator's
-//! `pveum pool modify`).
+//! golden archive, stop a guest's agent, read and write a VM's files, put a VM in a pool (an
+//! operator's `pveum pool modify`).
 
 use std::collections::BTreeSet;
 
@@ -86,6 +86,31 @@ impl SimHandle {
             hasher.update(format!("{key}: {}\n", mac.unwrap_or_default()));
         }
         Some(format!("{:x}", hasher.finalize()))
+    }
+
+    /// Writes a file inside VM `vmid` as a program in the guest would (its parents made
+    /// 0755 as needed; a new file gets `mode`): what a VM's controller installs, such as its
+    /// restore check. `false` for an unknown VM or a path the tree refuses.
+    pub fn write_vm_file(&self, vmid: u32, path: &str, content: &[u8], mode: u32) -> bool {
+        let mut st = self.shared.state.lock();
+        let Some(vm) = st.vms.get_mut(&vmid) else {
+            return false;
+        };
+        let Ok(path) = crate::files::canonical(path) else {
+            return false;
+        };
+        let parent = crate::files::parent(&path).to_owned();
+        vm.files.mkdir_all(&parent, 0o755).is_ok()
+            && vm.files.write(&path, content.to_vec(), mode).is_ok()
+    }
+
+    /// Removes a file inside VM `vmid` (a package removed in the guest, say its guest
+    /// agent's program); `false` for an unknown VM or a path that is no file.
+    pub fn remove_vm_file(&self, vmid: u32, path: &str) -> bool {
+        let mut st = self.shared.state.lock();
+        st.vms
+            .get_mut(&vmid)
+            .is_some_and(|vm| vm.files.remove_file(path) == Ok(true))
     }
 
     /// VM `vmid`'s config (no digest).

@@ -857,3 +857,49 @@ async fn a_forced_restore_overwrites_a_stopped_vm_and_only_a_stopped_one() {
     assert_eq!(sim.handle.vm_running(303), Some(false));
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn files_written_and_removed_inside_a_vm_are_what_its_agent_then_sees() {
+    let sim = start().await;
+    restore_vm(&sim, &sim.agent(), 330, "bosun").await;
+    start_vm(&sim, 330).await;
+    let check = "/etc/bosun/restore-check";
+    assert!(
+        sim.handle
+            .write_vm_file(330, check, b"#!/bin/sh\nexit 0\n", 0o755)
+    );
+    assert_eq!(
+        sim.handle.vm_file(330, check).map(|f| f.mode & 0o777),
+        Some(0o755)
+    );
+    let r = sim
+        .call(
+            "POST",
+            &agent_path(330, "exec"),
+            &[
+                ("command", "/usr/bin/test"),
+                ("command", "-x"),
+                ("command", check),
+            ],
+        )
+        .await;
+    let pid = r.data()["pid"].as_u64().expect("pid").to_string();
+    let r = sim
+        .call("GET", &agent_path(330, "exec-status"), &[("pid", &pid)])
+        .await;
+    assert_eq!(
+        r.data()["exitcode"],
+        0,
+        "the written check is executable: {r:?}"
+    );
+    // The guest agent's program removed inside the VM: the agent no longer answers.
+    assert!(sim.handle.remove_vm_file(330, "/usr/sbin/qemu-ga"));
+    assert!(!sim.handle.remove_vm_file(330, "/usr/sbin/qemu-ga"));
+    let r = sim.call("POST", &agent_path(330, "ping"), &[]).await;
+    assert_eq!(r.message(), "QEMU guest agent is not running\n", "{r:?}");
+    assert!(
+        !sim.handle.write_vm_file(999, check, b"x", 0o644),
+        "no such vm"
+    );
+    sim.handle.shutdown().await;
+}

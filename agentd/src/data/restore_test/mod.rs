@@ -1,7 +1,9 @@
 //! The self-restore-test (DESIGN §8): a backup nobody restored is a hope, so the agent
-//! restores each container's newest backup into a scratch container on the policy's cadence
-//! (VMs are not offered: a VM's archive is never restored into a container, decision 0118),
-//! starts it, checks it stays up, runs the guest's own restore check inside it (`check.rs`),
+//! restores each guest's newest backup into a scratch guest of its kind on the policy's
+//! cadence (a container's into a scratch container, a VM's into a scratch VM: an archive is
+//! proved as its guest's kind before anything is restored, decision 0118), starts it, checks
+//! it stays up, runs the guest's own restore check inside it (`check.rs`: through the helper
+//! in a container, through the guest agent's `exec` in a VM, `vm_check.rs`, decision 0120),
 //! and destroys it.
 //!
 //! ```text
@@ -27,6 +29,8 @@
 mod check;
 mod interrupted;
 mod steps;
+pub mod vm_check;
+mod vm_steps;
 
 pub use interrupted::close_interrupted;
 
@@ -35,8 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::{DesiredState, RestoreTestPolicy};
-use bosun_pve::{Pve, StorageId};
+use bosun_proto::desired::{DesiredState, GuestKind, RestoreTestPolicy};
+use bosun_pve::{Pve, PveQemu, StorageId};
 use jiff::Timestamp;
 use serde_json::json;
 use tokio::sync::watch;
@@ -46,9 +50,10 @@ use crate::clock::SharedClock;
 use crate::data::backup::ArchiveProver;
 use crate::data::backup::tiers::TierPlan;
 use crate::data::desired::DesiredSnapshot;
-use crate::data::recovery::source::{BackupSource, newest_on_tier};
+use crate::data::recovery::source::{BackupSource, newest_on_tier_as};
 use crate::guests::localapi::{RestoreTestBoard, RestoreTestRecord};
 use crate::guests::reconcile::compensate::compensate_with_retries;
+use crate::guests::reconcile::provision::compensate_vm_with_retries;
 use crate::guests::reconcile::replay::wait_unlocked;
 use crate::links::helper::HelperClient;
 use crate::ops::journal::{
@@ -76,6 +81,9 @@ pub struct RestoreTestConfig {
     pub minute: Duration,
     /// How long the guest's own restore check may run (1 s to 30 min).
     pub check_timeout: Duration,
+    /// How long a scratch VM's guest agent is waited for after its start, before its test
+    /// fails (two of the policy's minutes in the agent).
+    pub agent_wait: Duration,
 }
 
 impl RestoreTestConfig {
@@ -90,6 +98,7 @@ impl RestoreTestConfig {
             max_active_tasks: 8,
             minute: Duration::from_secs(60),
             check_timeout: Duration::from_secs(300),
+            agent_wait: Duration::from_secs(120),
         }
     }
 }
@@ -150,11 +159,13 @@ enum SkipKind {
 #[derive(Debug, Clone)]
 struct Candidate {
     guest_id: String,
+    /// The guest's kind: what its archive is proved as and restored into.
+    kind: GuestKind,
     memory_mib: u64,
     source: BackupSource,
 }
 
-impl<P: Pve + 'static> RestoreTester<P> {
+impl<P: PveQemu + 'static> RestoreTester<P> {
     /// A tester of the guests `desired` names, restoring from `tiers`, publishing results
     /// to `board` (the local API's `GET /v1/restore-test/status`).
     #[expect(
@@ -320,11 +331,9 @@ impl<P: Pve + 'static> RestoreTester<P> {
         let mut due: Vec<(Option<Timestamp>, &bosun_proto::desired::GuestSpec)> = desired
             .guests
             .iter()
-            // The tester restores into a scratch container; a VM's archive is refused for
-            // one (decision 0118), so VMs are not offered to it.
-            .filter(|g| {
-                ours.get(&g.guest_id.to_string()) == Some(&bosun_proto::desired::GuestKind::Lxc)
-            })
+            // Only guests the journal holds as the agent's own, each tested as the kind the
+            // journal recorded (decision 0123), never the kind desired state names.
+            .filter(|g| ours.contains_key(&g.guest_id.to_string()))
             .filter_map(|g| {
                 let last = tests
                     .iter()
@@ -340,6 +349,9 @@ impl<P: Pve + 'static> RestoreTester<P> {
         let mut why = Vec::new();
         for (_, spec) in due {
             let guest_id = spec.guest_id.to_string();
+            let Some(&kind) = ours.get(&guest_id) else {
+                continue;
+            };
             let last_storage = tests
                 .iter()
                 .filter(|t| t.result.guest_id == guest_id)
@@ -352,11 +364,13 @@ impl<P: Pve + 'static> RestoreTester<P> {
             let count = plan.tiers.len();
             for offset in 0..count {
                 let tier = &plan.tiers[(start + offset) % count];
-                match newest_on_tier(&*self.pve, &self.journal, &self.prover, &guest_id, tier).await
+                let guest = (guest_id.as_str(), kind);
+                match newest_on_tier_as(&*self.pve, &self.journal, &self.prover, guest, tier).await
                 {
                     Ok(source) => {
                         return Ok(Some(Candidate {
                             guest_id,
+                            kind,
                             memory_mib: u64::from(spec.resources.memory_mib),
                             source,
                         }));
@@ -440,13 +454,20 @@ impl<P: Pve + 'static> RestoreTester<P> {
                 ));
             }
         };
-        tracing::info!(guest_id = %candidate.guest_id, archive = %source.archive, tier = source.tier, op_id = %op.op_id(), "restore test starting");
+        tracing::info!(guest_id = %candidate.guest_id, kind = candidate.kind.as_str(), archive = %source.archive, tier = source.tier, op_id = %op.op_id(), "restore test starting");
         let mut scratch = None;
         let limit = self
             .config
             .minute
             .saturating_mul(policy.timeout_minutes.max(1));
-        let steps = tokio::time::timeout(limit, self.steps(&op, source, &mut scratch)).await;
+        let steps = match candidate.kind {
+            GuestKind::Lxc => {
+                tokio::time::timeout(limit, self.steps(&op, source, &mut scratch)).await
+            }
+            GuestKind::Qemu => {
+                tokio::time::timeout(limit, self.vm_steps(&op, source, &mut scratch)).await
+            }
+        };
         let (outcome, detail) = match steps {
             Ok(Ok(ref verdict)) => (verdict.outcome, verdict.detail.clone()),
             Ok(Err(ref e)) => (TestOutcome::Failed, Some(error_chain(e))),
@@ -472,12 +493,19 @@ impl<P: Pve + 'static> RestoreTester<P> {
                 }
             }
         }
-        if let Some(vmid) = scratch
-            && let Err(e) = wait_unlocked(&*self.pve, vmid).await
-        {
-            tracing::warn!(vmid = vmid.get(), error = %e, "the scratch guest stays locked; destroying it anyway");
-        }
-        if let Err(e) = compensate_with_retries(&*self.pve, &op, scratch).await {
+        let destroyed = match candidate.kind {
+            GuestKind::Lxc => {
+                if let Some(vmid) = scratch
+                    && let Err(e) = wait_unlocked(&*self.pve, vmid).await
+                {
+                    tracing::warn!(vmid = vmid.get(), error = %e, "the scratch guest stays locked; destroying it anyway");
+                }
+                compensate_with_retries(&*self.pve, &op, scratch).await
+            }
+            // Stopped, then destroyed with `purge`, only while it carries the test's tag.
+            GuestKind::Qemu => compensate_vm_with_retries(&*self.pve, &op, scratch).await,
+        };
+        if let Err(e) = destroyed {
             // The op stays running: the next start's replay destroys the scratch guest.
             tracing::error!(op_id = %op.op_id(), error = %error_chain(&e), "a scratch guest could not be destroyed; restore tests wait for the next start");
             self.stuck = true;

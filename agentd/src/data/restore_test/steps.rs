@@ -2,7 +2,7 @@
 //! a scratch vmid recorded, the restore, the isolation (every link down, no mount point),
 //! the start, the stay-up watch and the guest's own check of its data.
 
-use bosun_pve::{ConfigUpdate, CtOptions, Op, Pve, RestoreRequest, Vmid};
+use bosun_pve::{ConfigUpdate, CtOptions, Op, PveQemu, RestoreRequest, Vmid};
 use serde_json::json;
 
 use super::{RestoreTester, check};
@@ -14,9 +14,9 @@ use crate::ops::operation::{OpJournal, StepError};
 
 /// How many vmids `next_id` may offer before the test gives up: one an older operation's
 /// record holds is passed over.
-const VMID_TRIES: u32 = 5;
+pub(super) const VMID_TRIES: u32 = 5;
 
-impl<P: Pve + 'static> RestoreTester<P> {
+impl<P: PveQemu + 'static> RestoreTester<P> {
     /// The test's steps; `scratch` is set once a scratch guest may exist.
     pub(super) async fn steps(
         &self,
@@ -26,7 +26,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
     ) -> Result<check::Verdict, StepError> {
         op.local(
             StepName::ChooseArchive,
-            json!({ "storage": source.storage.as_str(), "archive": source.archive.to_string(), "tier": source.tier }),
+            json!({ "storage": source.storage.as_str(), "archive": source.archive.to_string(), "tier": source.tier, "kind": "lxc" }),
             async { Ok::<(), String>(()) },
         )
         .await?;

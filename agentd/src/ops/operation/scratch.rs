@@ -9,7 +9,7 @@ use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestKind;
 use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
 use bosun_pve::{
-    CtConfig, CtOptions, GuestStatus, Op, Pve, RestoreRequest, Vmid, net_without_hwaddr,
+    CtConfig, CtOptions, GuestStatus, Op, Pve, PveQemu, RestoreRequest, Vmid, net_without_hwaddr,
 };
 use serde_json::json;
 
@@ -121,16 +121,43 @@ pub async fn stay_up<P: Pve>(
     pve: &P,
     op: &OpJournal,
     vmid: Vmid,
-    (stay_up, poll): (Duration, Duration),
+    watch: (Duration, Duration),
     stopped: impl FnOnce(Duration) -> String,
 ) -> Result<(), StepError> {
+    let status = || async { pve.ct_status(vmid).await.map(|s| s.status) };
+    watch_running(op, watch, status, stopped).await
+}
+
+/// [`stay_up`] for a scratch VM.
+pub async fn stay_up_vm<Q: PveQemu>(
+    pve: &Q,
+    op: &OpJournal,
+    vmid: Vmid,
+    watch: (Duration, Duration),
+    stopped: impl FnOnce(Duration) -> String,
+) -> Result<(), StepError> {
+    let status = || async { pve.vm_status(vmid).await.map(|s| s.status) };
+    watch_running(op, watch, status, stopped).await
+}
+
+/// Reads `status` every `poll` until the guest has run for `stay_up`, failing the `stay_up`
+/// step with `stopped(ran)` when it is not running.
+async fn watch_running<F, Fut>(
+    op: &OpJournal,
+    (stay_up, poll): (Duration, Duration),
+    status: F,
+    stopped: impl FnOnce(Duration) -> String,
+) -> Result<(), StepError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<GuestStatus, bosun_pve::PveError>>,
+{
     let deadline = tokio::time::Instant::now() + stay_up;
     loop {
-        let status = pve
-            .ct_status(vmid)
+        let status = status()
             .await
             .map_err(|e| other(op, "stay_up", error_chain(&e)))?;
-        if status.status != GuestStatus::Running {
+        if status != GuestStatus::Running {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             return Err(other(op, "stay_up", stopped(stay_up.saturating_sub(left))));
         }

@@ -58,6 +58,8 @@ mod vm_steps;
 
 pub use dr_restore::Recovery;
 pub use vm::{VmBringup, VmProvisioner};
+/// A VM's rollback, shared with the restore tester's scratch VMs.
+pub(crate) use vm_steps::compensate_vm_with_retries;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -302,7 +302,7 @@ impl<Q: PveQemu> BootstrapWriter for OwnVm<'_, Q> {
 
 /// [`compensate_vm`], tried again with backoff while the failure is transient; a rollback
 /// that still fails leaves the operation `running` for replay.
-pub(super) async fn compensate_vm_with_retries<Q: PveQemu>(
+pub(crate) async fn compensate_vm_with_retries<Q: PveQemu>(
     pve: &Q,
     op: &OpJournal,
     created: Option<Vmid>,
