@@ -230,6 +230,8 @@ async fn an_adopted_vm_is_a_qemu_guest_from_then_on_and_its_neighbour_stays_unto
         .unwrap()
         .unwrap();
     assert_eq!(record.identity(), identity);
+    // Recorded as a VM: the tiers back it up and DR restores it as one (decision 0123).
+    assert_eq!(record.kind(), GuestKind::Qemu);
 
     // Desired state names it: the agent reports it as its own qemu guest, running.
     let mut wanted = desired_of(&[(guest, "legacy-vm", GuestKind::Qemu, golden)]);

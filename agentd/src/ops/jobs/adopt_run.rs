@@ -364,6 +364,7 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
             self.job.vmid,
             self.job.guest_id.to_string(),
         );
+        let kind = self.job.kind;
         let detail = json!({ "vmid": vmid, "guest_id": guest_id });
         let write = async {
             match journal
@@ -372,8 +373,8 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
                     vmid,
                     guest_id.clone(),
                     adopted,
-                    // `adopt_check` adopts containers only (decision 0073).
-                    bosun_proto::desired::GuestKind::Lxc,
+                    // The kind signed for, which `adopt_check` found at the vmid (0122).
+                    kind,
                 )
                 .await
             {
