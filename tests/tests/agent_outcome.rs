@@ -232,11 +232,13 @@ async fn decommission_retries_transient_failures_and_succeeds() {
     });
     let status_path = format!("/nodes/pve/lxc/{vmid}/status/current");
     let job = stack.decommission().await;
-    // Once the status read failed: lock the guest as a backup would.
+    // Once the status read failed (the client asks a failed read again, so the decommission
+    // sees it only when every attempt failed): lock the guest as a backup would.
     eventually(Duration::from_secs(30), "a failed status read", || async {
         sim.requests()
             .iter()
             .any(|r| r.path == status_path && r.status == 500)
+            && !logs.lines_with("looking again").is_empty()
     })
     .await;
     assert!(sim.set_guest_lock(vmid, Some("backup")));
