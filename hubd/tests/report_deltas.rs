@@ -252,6 +252,54 @@ async fn a_delta_on_the_report_before_the_stored_one_merges_there_and_a_stale_on
     assert_eq!(answer["report_seq"], 13);
 }
 
+async fn open_kinds(hub: &TestHub) -> Vec<String> {
+    let alerts: Vec<Value> = hub
+        .admin(Method::GET, "/v1/admin/alerts/open", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    alerts
+        .iter()
+        .filter_map(|a| a["kind"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A delta built on the report before the stored one replaces the stored report, so it is
+/// judged against what that report opened: the guest broken in the stored report (its poll's
+/// answer lost to the agent) and running again in a delta on the one before resolves the
+/// alert, though nothing differs from the report the delta was built on.
+#[tokio::test]
+async fn a_delta_on_the_report_before_resolves_what_the_stored_one_opened() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-prev-judged").await;
+    let base = with_guests(10, vec![guest(101, GuestStatus::Running)]);
+    poll_with(&hub, host, &key, &full(&base)).await;
+    let broken = with_guests(0, vec![guest(101, GuestStatus::Broken)]);
+    poll_with(
+        &hub,
+        host,
+        &key,
+        &delta(&ReportDelta::between(&base, 10, &broken, 11)),
+    )
+    .await;
+    assert!(open_kinds(&hub).await.contains(&"guest_broken".to_owned()));
+    // The agent never read 11's answer; the guest runs again, as in report 10.
+    let (_, answer) = poll_with(
+        &hub,
+        host,
+        &key,
+        &delta(&ReportDelta::between(&base, 10, &base, 12)),
+    )
+    .await;
+    assert_eq!(answer["report_seq"], 12);
+    assert_eq!(stored(&hub, host).await.guests, base.guests);
+    assert!(
+        !open_kinds(&hub).await.contains(&"guest_broken".to_owned()),
+        "the stored report says running; the alert it opened is resolved"
+    );
+}
+
 fn backup(guest: u128, target: &str, ok: bool, second: i64) -> BackupReport {
     BackupReport {
         guest_id: Uuid::from_u128(guest),

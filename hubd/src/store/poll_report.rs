@@ -268,7 +268,10 @@ fn decide_delta(
             };
             let new = old.clone().applied(delta);
             return Ok(Outcome {
-                judged: old.verdict() != new.verdict(),
+                // Judged whatever it changes: it replaces the stored report, whose verdict
+                // opened or resolved the host's alerts, and comparing it with the previous
+                // report's says nothing of those.
+                judged: true,
                 ..applied(Write::OnPreviousLive {
                     live: new.text()?,
                     seq: delta.seq,
@@ -278,7 +281,7 @@ fn decide_delta(
         let Some(report) = whole(host, base(stored.prev_base)?, stored.prev_live.as_deref()) else {
             return Ok(Outcome::refused());
         };
-        return merge(report, delta, |base, live, seq, digest| {
+        let mut merged = merge(report, delta, |base, live, seq, digest| {
             Write::RebaseOnPrevious {
                 base,
                 live,
@@ -286,7 +289,10 @@ fn decide_delta(
                 digest,
                 prev_shared,
             }
-        });
+        })?;
+        // Judged whatever it changes, as above: it replaces the stored report.
+        merged.judged = true;
+        return Ok(merged);
     }
     tracing::info!(
         host_id = host,
