@@ -53,7 +53,7 @@ async fn converges_under_faults_and_keeps_reconciling_without_the_hub() {
     hub.put_desired(host, &desired(&sim, &list, "running"))
         .await;
     // Random faults make some provisions fail and start over: a failed restore rolls back, a
-    // hiccup after it runs the steps again in place. It converges in 5–20 s (11 runs at load
+    // hiccup after it runs the steps again in place. It converges in 6–17 s (six runs at load
     // 7); before a failed read was asked again and the later steps ran again in place, it
     // took 5–300 s, as one guest's failing passes backed off towards two minutes. The bound
     // is 300 s, under this binary's own limit in `.config/nextest.toml` (360 s).
