@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestKind;
-use bosun_pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, PveQemu, SizeUnit, Vmid};
+use bosun_pve::{Pve, PveQemu, Vmid};
 use parking_lot::Mutex;
 use serde_json::json;
 use uuid::Uuid;
@@ -21,7 +21,6 @@ use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
 use crate::guests::queue::{GuestKey, GuestQueue};
 use crate::ops::journal::{AuditEvent, FailureKind, JournalHandle, NewOperation, OpStatus};
-use crate::ops::operation::StepName;
 use crate::ops::operation::{OpJournal, Origin, StepError};
 use crate::trust::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 
@@ -443,35 +442,6 @@ impl<P: PveQemu + 'static> Applier<P> {
         }
     }
 
-    /// `spec` with the kind the journal recorded for the guest at `lost_vmid` when it was
-    /// made, recovered or adopted (decision 0123): desired state is unsigned, and naming a
-    /// lost VM a container (or the reverse) would hold its DR back, every archive failing
-    /// its proof as the other kind. A mismatch is logged; the journal's kind is restored.
-    async fn recorded_kind(
-        &self,
-        spec: &bosun_proto::desired::GuestSpec,
-        lost_vmid: u32,
-    ) -> bosun_proto::desired::GuestSpec {
-        let guest_id = spec.guest_id.to_string();
-        let recorded = match self.journal.provenance(lost_vmid).await {
-            Ok(p) => p
-                .filter(|p| p.guest_id() == Some(guest_id.as_str()))
-                .map(|p| p.kind()),
-            Err(e) => {
-                tracing::warn!(%guest_id, lost_vmid, error = %error_chain(&e), "the journal's kind of a lost guest could not be read; desired state's is used");
-                None
-            }
-        };
-        let mut spec = spec.clone();
-        if let Some(kind) = recorded
-            && kind != spec.kind
-        {
-            tracing::warn!(%guest_id, lost_vmid, desired = ?spec.kind, recorded = ?kind, "desired state names a lost guest as the other kind; it is recovered as the kind the journal recorded");
-            spec.kind = kind;
-        }
-        spec
-    }
-
     /// Guest-loss DR: the lost guest restored from `known` (host loss: the archive the
     /// plan found on PBS), else the fastest surviving tier's newest backup of it. A failure
     /// is audited; the guest stays lost.
@@ -483,7 +453,7 @@ impl<P: PveQemu + 'static> Applier<P> {
         origin: Origin,
     ) -> Result<(), String> {
         let guest_id = spec.guest_id.to_string();
-        let spec = &self.recorded_kind(spec, lost_vmid).await;
+        let spec = &super::lost_kind::as_recorded(&self.journal, spec, lost_vmid).await;
         let attempt = async {
             let source = match known {
                 Some(source) => source.clone(),
@@ -548,100 +518,6 @@ impl<P: PveQemu + 'static> Applier<P> {
         if action.kind() == GuestKind::Qemu {
             return super::apply_vm::vm_action(pve, action, op, vmid).await;
         }
-        match action {
-            Action::SetSpec {
-                hostname,
-                cores,
-                memory_mib,
-                share,
-                startup,
-                ..
-            } => {
-                let mut update = ConfigUpdate {
-                    set: CtOptions {
-                        hostname: hostname.clone(),
-                        cores: cores.map(u32::from),
-                        memory: memory_mib.map(u64::from),
-                        startup: *startup,
-                        ..CtOptions::default()
-                    },
-                    ..ConfigUpdate::default()
-                };
-                if let Some(share) = share {
-                    super::share::put_cpu(share, &mut update);
-                }
-                if update != ConfigUpdate::default() {
-                    op.call(
-                        StepName::SetSpec,
-                        json!({
-                            "vmid": vmid.get(),
-                            "hostname": hostname,
-                            "cores": cores,
-                            "memory_mib": memory_mib,
-                            "startup": startup.map(|s| s.to_string()),
-                            "cpu_weight": update.set.cpuunits,
-                            "cpu_limit": update.set.cpulimit.map(|t| t.to_string()),
-                            "delete": update.delete,
-                        }),
-                        pve.update_ct_config(vmid, &update),
-                    )
-                    .await?;
-                }
-                match share.and_then(|s| s.net_rate) {
-                    Some(rate) => super::share::set_net_rate(pve, op, vmid, rate).await,
-                    None => Ok(()),
-                }
-            }
-            Action::GrowRootfs {
-                from_gib, to_gib, ..
-            } => op
-                .task(
-                    pve,
-                    Op::ResizeDisk,
-                    StepName::ResizeRootfs,
-                    json!({ "vmid": vmid.get(), "from_gib": from_gib, "to_gib": to_gib }),
-                    pve.resize_disk(
-                        vmid,
-                        CtDisk::RootFs,
-                        DiskSize::Absolute(u64::from(*to_gib), SizeUnit::G),
-                    ),
-                )
-                .await
-                .map(|_| ()),
-            Action::GuardNetwork { .. } => super::network_guard::guard(pve, op, vmid).await,
-            Action::Start { .. }
-                if pve
-                    .ct_status(vmid)
-                    .await
-                    .is_ok_and(|s| s.status == bosun_pve::GuestStatus::Running) =>
-            {
-                // Started meanwhile (a job ahead of us in the guest's line).
-                Ok(())
-            }
-            Action::Start { .. } => op
-                .task(
-                    pve,
-                    Op::StartCt,
-                    StepName::Start,
-                    json!({ "vmid": vmid.get() }),
-                    pve.start_ct(vmid),
-                )
-                .await
-                .map(|_| ()),
-            Action::Stop { .. } => op
-                .task(
-                    pve,
-                    Op::ShutdownCt,
-                    StepName::Shutdown,
-                    json!({ "vmid": vmid.get(), "timeout_secs": 60, "force_stop": true }),
-                    pve.shutdown_ct(vmid, Some(60), true),
-                )
-                .await
-                .map(|_| ()),
-            // Dispatched to the provisioner in `run_action`; nothing to do here.
-            Action::Provision { .. } | Action::DeliverBootstrap { .. } | Action::Recover { .. } => {
-                Ok(())
-            }
-        }
+        super::apply_ct::ct_action(pve, action, op, vmid).await
     }
 }

@@ -3,6 +3,7 @@
 //! [`replay`] resumes or rolls back what a crash left unfinished.
 
 pub mod apply;
+mod apply_ct;
 mod apply_vm;
 pub mod compensate;
 pub mod config_cache;
@@ -11,6 +12,7 @@ mod finding_audit;
 pub mod golden;
 pub mod late_landing;
 pub mod lookup;
+mod lost_kind;
 pub mod network_guard;
 pub mod observe;
 pub mod observe_vm;

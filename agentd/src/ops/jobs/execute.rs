@@ -4,16 +4,15 @@
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestKind;
-use bosun_pve::{
-    GuestStatus, Op, Pve, PveQemu, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest,
-};
+use bosun_pve::{Op, Pve, PveQemu, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
 use serde_json::{Value, json};
 
-use super::decommission::{Patience, is_retryable, refused_for_now};
+use super::decommission::{Patience, refused_for_now};
 use super::error::JobError;
 use super::guest_accepted::GuestAccepted;
 use super::kind::GuestAction;
 use super::machine::{self, Held, Machine};
+use super::power::{start_again, stop_if_running};
 use crate::data::backup::interrupted::archive_size;
 use crate::ops::jobs::restore_now::RestoreContext;
 use crate::ops::journal::{BackupOutcome, JournalHandle};
@@ -272,7 +271,7 @@ async fn restore<P: Pve + PveQemu + 'static>(
     let source = recovery.source(pve, journal, job).await?;
     let backup = source.archive.to_string();
     let taken_at = backup_ctime(pve, &source.archive).await;
-    let was_running = stop_if_running(pve, op, vmid, &mut patience).await?;
+    let was_running = stop_if_running(pve, op, GuestKind::Lxc, vmid, &mut patience).await?;
     let storage = storage_of(job, storage)?;
     // The restored filesystem will hold the backup's bootstrap (see `credentials::stale`);
     // checked before the restore, so a crash after it cannot leave a newer token behind.
@@ -310,7 +309,7 @@ async fn restore<P: Pve + PveQemu + 'static>(
         }
     }
     if was_running {
-        start_again(pve, op, job.vmid, vmid, &mut patience).await?;
+        start_again(pve, op, GuestKind::Lxc, vmid, &mut patience).await?;
     }
     Ok(json!({ "vmid": job.vmid, "backup": backup }))
 }
@@ -498,67 +497,10 @@ async fn recorded_kind(journal: &JournalHandle, vmid: u32) -> Result<Option<Gues
         .map(|p| p.kind()))
 }
 
-/// Starts the restored guest again, asking again while the start is refused for now.
-async fn start_again<P: Pve>(
-    pve: &P,
-    op: &OpJournal,
-    raw_vmid: u32,
-    vmid: Vmid,
-    patience: &mut Patience,
-) -> Result<(), JobError> {
-    loop {
-        let started = op
-            .task(
-                pve,
-                Op::StartCt,
-                StepName::Start,
-                json!({ "vmid": raw_vmid }),
-                pve.start_ct(vmid),
-            )
-            .await;
-        match started {
-            Ok(_) => return Ok(()),
-            Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
-                tracing::info!(vmid = raw_vmid, error = %error_chain(&e), "start refused for now; trying again");
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
 /// Whether a failed backup task failed on the guest's lock (its exit status, or vzdump's
 /// `ERROR: Backup of VM … failed - CT is locked (…)` in the log): nothing was written.
 fn met_a_lock(error: &bosun_pve::PveError) -> bool {
     error.is_lock_contention()
         || matches!(error, bosun_pve::PveError::TaskFailed { log_tail, .. }
             if log_tail.iter().any(|l| bosun_pve::parse_lock_message(l).is_some()))
-}
-
-async fn stop_if_running<P: Pve>(
-    pve: &P,
-    op: &OpJournal,
-    vmid: Vmid,
-    patience: &mut Patience,
-) -> Result<bool, JobError> {
-    let status = loop {
-        match pve.ct_status(vmid).await {
-            Ok(status) => break status,
-            Err(e) if is_retryable(&e) && patience.pause().await => {
-                tracing::info!(%vmid, error = %error_chain(&e), "status read failed; trying again");
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    if status.status != GuestStatus::Running {
-        return Ok(false);
-    }
-    op.task(
-        pve,
-        Op::StopCt,
-        StepName::Stop,
-        json!({ "vmid": vmid.get() }),
-        pve.stop_ct(vmid),
-    )
-    .await?;
-    Ok(true)
 }

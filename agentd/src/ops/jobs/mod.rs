@@ -60,6 +60,7 @@ mod guest_accepted;
 mod guest_run;
 mod kind;
 mod machine;
+mod power;
 pub mod restore_now;
 mod restore_vm;
 mod retry;

@@ -17,12 +17,13 @@
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestKind;
-use bosun_pve::{GuestStatus, Op, Pve, PveQemu, VmRestoreRequest, Vmid};
+use bosun_pve::{Op, Pve, PveQemu, VmRestoreRequest, Vmid};
 use serde_json::{Value, json};
 
-use super::decommission::{Patience, is_retryable, refused_for_now};
+use super::decommission::refused_for_now;
 use super::error::JobError;
 use super::execute::{GuestWork, backup_ctime, storage_of};
+use super::power::{start_again, stop_if_running};
 use crate::ops::journal::StepState;
 use crate::ops::operation::{OpJournal, StepName};
 
@@ -80,7 +81,7 @@ pub(super) async fn restore_vm<P: Pve + PveQemu + 'static>(
     if done.restored {
         tracing::info!(%vmid, "the VM was restored before the job was interrupted; not again");
         if done.stopped && !done.started {
-            start_vm_again(pve, op, vmid, &mut patience).await?;
+            start_again(pve, op, GuestKind::Qemu, vmid, &mut patience).await?;
         }
         return Ok(json!({ "vmid": job.vmid, "kind": "qemu", "resumed": true }));
     }
@@ -90,7 +91,8 @@ pub(super) async fn restore_vm<P: Pve + PveQemu + 'static>(
         .await?;
     let backup = source.archive.to_string();
     let taken_at = backup_ctime(pve, &source.archive).await;
-    let was_running = stop_vm_if_running(pve, op, vmid, &mut patience).await? || done.stopped;
+    let was_running =
+        stop_if_running(pve, op, GuestKind::Qemu, vmid, &mut patience).await? || done.stopped;
     let storage = storage_of(job, storage)?;
     // The restored disk holds the backup's bootstrap (see `credentials::stale`): a token
     // minted after the backup is revoked before the restore, and delivered again after.
@@ -137,64 +139,7 @@ pub(super) async fn restore_vm<P: Pve + PveQemu + 'static>(
         }
     }
     if was_running {
-        start_vm_again(pve, op, vmid, &mut patience).await?;
+        start_again(pve, op, GuestKind::Qemu, vmid, &mut patience).await?;
     }
     Ok(json!({ "vmid": job.vmid, "kind": "qemu", "backup": backup }))
-}
-
-/// Stops the VM if it runs (a hard stop: its disks are about to be replaced); whether it ran.
-async fn stop_vm_if_running<P: PveQemu + Pve>(
-    pve: &P,
-    op: &OpJournal,
-    vmid: Vmid,
-    patience: &mut Patience,
-) -> Result<bool, JobError> {
-    let status = loop {
-        match pve.vm_status(vmid).await {
-            Ok(status) => break status,
-            Err(e) if is_retryable(&e) && patience.pause().await => {
-                tracing::info!(%vmid, error = %error_chain(&e), "VM status read failed; trying again");
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    if status.status != GuestStatus::Running {
-        return Ok(false);
-    }
-    op.task(
-        pve,
-        Op::StopVm,
-        StepName::Stop,
-        json!({ "vmid": vmid.get(), "kind": "qemu" }),
-        pve.stop_vm(vmid),
-    )
-    .await?;
-    Ok(true)
-}
-
-/// Starts the restored VM again, asking again while the start is refused for now.
-async fn start_vm_again<P: PveQemu + Pve>(
-    pve: &P,
-    op: &OpJournal,
-    vmid: Vmid,
-    patience: &mut Patience,
-) -> Result<(), JobError> {
-    loop {
-        let started = op
-            .task(
-                pve,
-                Op::StartVm,
-                StepName::Start,
-                json!({ "vmid": vmid.get(), "kind": "qemu" }),
-                pve.start_vm(vmid),
-            )
-            .await;
-        match started {
-            Ok(_) => return Ok(()),
-            Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
-                tracing::info!(%vmid, error = %error_chain(&e), "VM start refused for now; trying again");
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }

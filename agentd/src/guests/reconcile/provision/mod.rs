@@ -49,6 +49,7 @@ mod address;
 pub mod dr_identity;
 mod dr_restore;
 mod hot;
+mod rerun;
 mod restore;
 mod steps;
 pub mod vm;
@@ -268,25 +269,6 @@ const UNKNOWN_RESTORE_WAIT: std::time::Duration = std::time::Duration::from_secs
 /// How many fresh vmids a restore tries when the offered one was taken meanwhile.
 const VMID_ATTEMPTS: u32 = 5;
 
-/// How many more times the steps run, in place, when one failed after the guest was built in
-/// a way that may clear up by itself ([`StepError::may_clear_up`]): every step after the
-/// restore is idempotent (replay runs them again after a kill), so a hiccup answering one
-/// config write costs a pause, not the restore of the whole archive again.
-const STEPS_AGAIN: u32 = 2;
-
-/// The pause before the steps run again, times the attempt.
-const STEPS_AGAIN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The steps that build the guest: a failure there rolls back at once, since nothing of it
-/// is known to stand.
-const BUILDING_STEPS: [&str; 3] = ["assign_address", "next_id", "restore"];
-
-/// Whether the steps run again after `failure`: the guest was built (`created`), the failure
-/// was not in a step that builds it, and it may clear up by itself.
-fn runs_again(failure: &StepError, created: Option<Vmid>) -> bool {
-    created.is_some() && !BUILDING_STEPS.contains(&failure.step()) && failure.may_clear_up()
-}
-
 impl<P: Pve + 'static> Provisioner<P> {
     /// A provisioner restoring onto `storage`, giving guests `swap_mib` of swap.
     /// Every provisioning restore first passes `golden` (DESIGN §5, provenance of what is
@@ -473,19 +455,7 @@ impl<P: Pve + 'static> Provisioner<P> {
     ) -> Result<Vmid, ProvisionError> {
         let guest_id = spec.guest_id.to_string();
         let mut created: Option<Vmid> = restored;
-        let mut again = 0;
-        let outcome = loop {
-            let outcome = self.steps(op, spec, &mut created, bringup).await;
-            match &outcome {
-                Err(failure) if again < STEPS_AGAIN && runs_again(failure, created) => {
-                    again += 1;
-                    let pause = STEPS_AGAIN_PAUSE * again;
-                    tracing::warn!(%guest_id, op_id = %op.op_id(), attempt = again, pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), error = %error_chain(failure), "a provisioning step failed after the guest was built; running the steps again");
-                    tokio::time::sleep(pause).await;
-                }
-                _ => break outcome,
-            }
-        };
+        let outcome = self.steps_in_place(op, spec, &mut created, bringup).await;
         match outcome {
             Ok(vmid) => {
                 if let Bringup::Recover(recovery) = bringup {
