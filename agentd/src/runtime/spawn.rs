@@ -124,7 +124,7 @@ pub(super) fn break_glass(w: &Wiring<'_>) -> Option<BreakGlass> {
 /// Golden images built through the helper for the signed recipe in the desired state.
 pub(super) fn golden_build(
     w: &Wiring<'_>,
-    pending: crate::guests::golden_build::PendingBuild,
+    pending: crate::guests::reconcile::golden::PendingBuild,
     storage: StorageId,
 ) {
     let Some(transport) = w.config.helper.clone() else {

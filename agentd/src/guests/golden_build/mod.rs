@@ -48,10 +48,10 @@ use bosun_proto::helper::{ArchiveName, BuildGolden, Output, Request};
 use bosun_proto::signed::SignedDocument;
 use bosun_proto::validate::ValidationError;
 use jiff::Timestamp;
-use parking_lot::Mutex;
 
 use crate::clock::SharedClock;
 use crate::config::golden::GoldenSettings;
+use crate::guests::reconcile::golden::PendingBuild;
 use crate::links::helper::{HelperClient, HelperClientError};
 use crate::ops::journal::{GoldenBuild, GoldenSerialKind, JournalError, JournalHandle};
 use crate::trust::signing::{
@@ -156,22 +156,6 @@ impl GoldenBuildError {
             self,
             Self::Malformed(_) | Self::Signature(_) | Self::Superseded { .. }
         )
-    }
-}
-
-/// The golden version being built right now, if any: a guest naming it waits for the build
-/// instead of being reported refused ([`crate::guests::reconcile::golden::GoldenCheck`]).
-#[derive(Debug, Clone, Default)]
-pub struct PendingBuild(Arc<Mutex<Option<String>>>);
-
-impl PendingBuild {
-    /// Whether `version` is being built.
-    pub fn is(&self, version: &str) -> bool {
-        self.0.lock().as_deref() == Some(version)
-    }
-
-    fn set(&self, version: Option<String>) {
-        *self.0.lock() = version;
     }
 }
 

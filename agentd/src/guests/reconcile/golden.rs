@@ -38,8 +38,10 @@ use crate::ops::journal::{
 };
 use crate::trust::signing::{AllowedSigners, AllowedSignersError, SignatureError};
 
+mod pending;
 pub mod signed;
 
+pub use pending::PendingBuild;
 pub use signed::{GoldenUse, admit_signed};
 
 /// Why a golden archive may not be restored.
@@ -453,7 +455,7 @@ pub struct GoldenCheck {
     clock: SharedClock,
     reported: Mutex<HashSet<(String, String, &'static str)>>,
     /// The golden version the build task is building (not reported while it builds).
-    pending: crate::guests::golden_build::PendingBuild,
+    pending: PendingBuild,
 }
 
 impl GoldenCheck {
@@ -474,7 +476,7 @@ impl GoldenCheck {
             host_id,
             clock,
             reported: Mutex::new(HashSet::new()),
-            pending: crate::guests::golden_build::PendingBuild::default(),
+            pending: PendingBuild::default(),
         }
     }
 
@@ -482,7 +484,7 @@ impl GoldenCheck {
     /// than refused: the guest waits for the build (it is refused all the same, but not
     /// audited or alerted until the build has ended without it).
     #[must_use]
-    pub fn with_pending(mut self, pending: crate::guests::golden_build::PendingBuild) -> Self {
+    pub fn with_pending(mut self, pending: PendingBuild) -> Self {
         self.pending = pending;
         self
     }
