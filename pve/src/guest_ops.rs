@@ -30,6 +30,21 @@ pub trait GuestOps: Send + Sync + std::fmt::Debug {
         vmid: Vmid,
         name: &'a SnapName,
     ) -> BoxFuture<'a, Result<Upid, PveError>>;
+    /// A VM's snapshots (without the `current` pseudo-entry).
+    fn list_vm_snapshots(&self, vmid: Vmid) -> BoxFuture<'_, Result<Vec<SnapshotInfo>, PveError>>;
+    /// Starts a VM's snapshot task (`qmsnapshot`).
+    fn create_vm_snapshot<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+        description: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Upid, PveError>>;
+    /// Starts a VM's rollback task (`qmrollback`) that starts the VM again afterwards.
+    fn rollback_vm<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+    ) -> BoxFuture<'a, Result<Upid, PveError>>;
     /// The task of `task_type` on `vmid` started since `asked_at`, if any: the look after a
     /// call whose answer was lost ([`crate::find_task`]).
     fn find_task(
@@ -132,6 +147,30 @@ impl<P: PveQemu + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
         name: &'a SnapName,
     ) -> BoxFuture<'a, Result<Upid, PveError>> {
         Box::pin(self.pve.rollback_snapshot(vmid, name, true))
+    }
+
+    fn list_vm_snapshots(&self, vmid: Vmid) -> BoxFuture<'_, Result<Vec<SnapshotInfo>, PveError>> {
+        Box::pin(async move {
+            let all = self.pve.list_vm_snapshots(vmid).await?;
+            Ok(all.into_iter().filter(|s| !s.is_current()).collect())
+        })
+    }
+
+    fn create_vm_snapshot<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+        description: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Upid, PveError>> {
+        Box::pin(self.pve.create_vm_snapshot(vmid, name, description))
+    }
+
+    fn rollback_vm<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+    ) -> BoxFuture<'a, Result<Upid, PveError>> {
+        Box::pin(self.pve.rollback_vm_snapshot(vmid, name, true))
     }
 
     fn find_task(

@@ -104,6 +104,7 @@ mod agent_vm_dr_crash;
 mod agent_vm_host_loss;
 mod agent_vm_hostile_hub;
 mod agent_vm_jobs;
+mod agent_vm_local_api;
 mod agent_vm_provision;
 mod agent_vm_reconcile;
 mod agent_vm_restore_test;

@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use bosun_proto::desired::StorageClass;
+use bosun_proto::desired::{GuestKind, StorageClass};
 use bosun_pve::PveError;
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -156,28 +156,38 @@ pub(super) async fn storage(
     RawQuery(query): RawQuery,
 ) -> Result<Json<StorageReport>, ApiError> {
     check_scope(&api, &caller, query.as_deref(), None, "storage").await?;
-    let config = api
-        .inner
-        .ops
-        .ct_config(caller.vmid)
-        .await
-        .map_err(|e| pve_error("config read", e))?;
     // The classes as the storage watcher knows them now, not as they were at start.
     let classes = api.inner.storage.borrow().classes.clone();
-    let mut mounts = Vec::new();
-    for key in config.values.keys() {
-        let is_mount = key == "rootfs"
-            || key
-                .strip_prefix("mp")
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if !is_mount {
-            continue;
+    let mounts = match caller.kind {
+        GuestKind::Lxc => {
+            let config = api
+                .inner
+                .ops
+                .ct_config(caller.vmid)
+                .await
+                .map_err(|e| pve_error("config read", e))?;
+            let mut mounts = Vec::new();
+            for key in config.values.keys() {
+                let is_mount = key == "rootfs"
+                    || key
+                        .strip_prefix("mp")
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                if let Some(text) = config.get_str(key).filter(|_| is_mount) {
+                    mounts.push(parse_mount(key, &text, &classes));
+                }
+            }
+            mounts
         }
-        let Some(text) = config.get_str(key) else {
-            continue;
-        };
-        mounts.push(parse_mount(key, &text, &classes));
-    }
+        GuestKind::Qemu => {
+            let config = api
+                .inner
+                .ops
+                .vm_config(caller.vmid)
+                .await
+                .map_err(|e| pve_error("config read", e))?;
+            vm_disks(&config, &classes)
+        }
+    };
     Ok(Json(StorageReport {
         guest_id: caller.guest_id,
         vmid: caller.vmid.get(),
@@ -220,6 +230,57 @@ pub(super) fn parse_mount(key: &str, text: &str, classes: &StorageClasses) -> Mo
         info.storage = Some(storage.to_owned());
     }
     info
+}
+
+/// A VM's disks as mounts: every disk slot of a bus but a CD-ROM (the cloud-init drive), the
+/// root disk at `/`; where another appears inside the VM is the guest's own business, so its
+/// path is empty. A VM disk is in its backups unless it says `backup=0`.
+pub(super) fn vm_disks(config: &bosun_pve::VmConfig, classes: &StorageClasses) -> Vec<MountInfo> {
+    let root =
+        crate::guests::reconcile::observe_vm::root_disk(config).map(|(disk, _)| disk.to_string());
+    let mut disks = Vec::new();
+    for key in config.values.keys() {
+        if !bosun_pve::VmDisk::is_bus_slot(key) {
+            continue;
+        }
+        let Some(text) = config.get_str(key) else {
+            continue;
+        };
+        let mut parts = text.split(',');
+        let source = parts.next().unwrap_or("").trim();
+        let mut info = MountInfo {
+            key: key.clone(),
+            path: if root.as_deref() == Some(key.as_str()) {
+                "/".to_owned()
+            } else {
+                String::new()
+            },
+            storage: None,
+            class: None,
+            backup: true,
+            read_only: false,
+            size: None,
+        };
+        let mut cdrom = false;
+        for part in parts {
+            match part.split_once('=') {
+                Some(("media", "cdrom")) => cdrom = true,
+                Some(("backup", b)) => info.backup = b == "1",
+                Some(("ro", r)) => info.read_only = r == "1",
+                Some(("size", s)) => info.size = Some(s.to_owned()),
+                _ => {}
+            }
+        }
+        if cdrom {
+            continue;
+        }
+        if let Some((storage, _)) = source.split_once(':') {
+            info.class = classes.of_storage(storage).map(MountClass::from);
+            info.storage = Some(storage.to_owned());
+        }
+        disks.push(info);
+    }
+    disks
 }
 
 /// The caller's last restore-test result.

@@ -1,10 +1,12 @@
 //! Snapshot endpoints: list, take (named `bosun-…`, journaled, through the guest's queue)
-//! and roll back to one of the caller's own snapshots.
+//! and roll back to one of the caller's own snapshots; a container's through `…/lxc/…`, a
+//! VM's through `…/qemu/…` (`qmsnapshot`, `qmrollback`), by the kind the journal recorded.
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
-use bosun_pve::{Op, SnapName};
+use bosun_proto::desired::GuestKind;
+use bosun_pve::{Op, SnapName, SnapshotInfo};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -56,12 +58,8 @@ pub(super) async fn list_snapshots(
     RawQuery(query): RawQuery,
 ) -> Result<Json<SnapshotList>, ApiError> {
     check_scope(&api, &caller, query.as_deref(), None, "snapshot.list").await?;
-    let mut snapshots: Vec<SnapshotEntry> = api
-        .inner
-        .ops
-        .list_snapshots(caller.vmid)
-        .await
-        .map_err(|e| pve_error("snapshot listing", e))?
+    let mut snapshots: Vec<SnapshotEntry> = own_snapshots(&api, &caller)
+        .await?
         .into_iter()
         .map(|s| SnapshotEntry {
             taken_through_api: s.name.starts_with(API_SNAPSHOT_PREFIX),
@@ -144,12 +142,8 @@ pub(super) async fn take_snapshot(
         .queue
         .run(GuestKey::guest(&caller.guest_id), async move {
             let api = run_api;
-            let existing: Vec<String> = api
-                .inner
-                .ops
-                .list_snapshots(guest.vmid)
-                .await
-                .map_err(|e| pve_error("snapshot listing", e))?
+            let existing: Vec<String> = own_snapshots(&api, &guest)
+                .await?
                 .into_iter()
                 .map(|s| s.name)
                 .collect();
@@ -158,13 +152,25 @@ pub(super) async fn take_snapshot(
             let op = begin(&api, &guest, OpKind::Snapshot).await?;
             let ops = api.inner.ops.as_ref();
             let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": name.as_str() });
+            let (sent, task_type, task_op) = match guest.kind {
+                GuestKind::Lxc => (
+                    ops.create_snapshot(guest.vmid, &name, description.as_deref()),
+                    "vzsnapshot",
+                    Op::CreateSnapshot,
+                ),
+                GuestKind::Qemu => (
+                    ops.create_vm_snapshot(guest.vmid, &name, description.as_deref()),
+                    "qmsnapshot",
+                    Op::CreateVmSnapshot,
+                ),
+            };
             let taken = op
                 .task_looked(
                     StepName::Snapshot,
                     detail,
-                    ops.create_snapshot(guest.vmid, &name, description.as_deref()),
-                    |asked_at| ops.find_task(guest.vmid, "vzsnapshot", asked_at),
-                    |upid| async move { ops.wait_task(Op::CreateSnapshot, &upid).await },
+                    sent,
+                    |asked_at| ops.find_task(guest.vmid, task_type, asked_at),
+                    |upid| async move { ops.wait_task(task_op, &upid).await },
                 )
                 .await;
             let upid = finish(&op, taken)
@@ -178,6 +184,17 @@ pub(super) async fn take_snapshot(
         .await
         .map_err(|_| ApiError::Unavailable { what: "work queue" })??;
     Ok((StatusCode::CREATED, Json(taken)))
+}
+
+/// The caller's guest's snapshots, asked of Proxmox as the kind the journal recorded for it
+/// (a container's or a VM's endpoints).
+async fn own_snapshots(api: &LocalApi, caller: &Caller) -> Result<Vec<SnapshotInfo>, ApiError> {
+    let ops = api.inner.ops.as_ref();
+    match caller.kind {
+        GuestKind::Lxc => ops.list_snapshots(caller.vmid).await,
+        GuestKind::Qemu => ops.list_vm_snapshots(caller.vmid).await,
+    }
+    .map_err(|e| pve_error("snapshot listing", e))
 }
 
 /// Opens a journaled operation of `kind` for the caller's guest.
@@ -273,12 +290,7 @@ pub(super) async fn rollback(
     let name = SnapName::new(body.snapshot.clone()).map_err(|_| ApiError::SnapshotNotFound {
         name: body.snapshot.chars().take(64).collect(),
     })?;
-    let own = api
-        .inner
-        .ops
-        .list_snapshots(caller.vmid)
-        .await
-        .map_err(|e| pve_error("snapshot listing", e))?;
+    let own = own_snapshots(&api, &caller).await?;
     let Some(taken_at) = own
         .iter()
         .find(|s| s.name == name.as_str())
@@ -345,13 +357,25 @@ async fn rollback_steps(
     check_bootstrap(api, guest, &op, taken_at).await?;
     let ops = api.inner.ops.as_ref();
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": snapshot.as_str() });
+    let (sent, task_type, task_op) = match guest.kind {
+        GuestKind::Lxc => (
+            ops.rollback(guest.vmid, snapshot),
+            "vzrollback",
+            Op::RollbackSnapshot,
+        ),
+        GuestKind::Qemu => (
+            ops.rollback_vm(guest.vmid, snapshot),
+            "qmrollback",
+            Op::RollbackVmSnapshot,
+        ),
+    };
     let rolled_back = op
         .task_looked(
             StepName::Rollback,
             detail,
-            ops.rollback(guest.vmid, snapshot),
-            |asked_at| ops.find_task(guest.vmid, "vzrollback", asked_at),
-            |upid| async move { ops.wait_task(Op::RollbackSnapshot, &upid).await },
+            sent,
+            |asked_at| ops.find_task(guest.vmid, task_type, asked_at),
+            |upid| async move { ops.wait_task(task_op, &upid).await },
         )
         .await;
     finish(&op, rolled_back)
