@@ -351,3 +351,50 @@ async fn a_restore_now_over_a_vm_from_a_containers_or_another_vms_archive_restor
     assert_eq!(sim.vm_config(vmid).unwrap(), before);
     stack.stop().await;
 }
+
+/// A VM's controller lives in its image: a signed `controller-update` naming a VM is refused
+/// before anything is asked of Proxmox or the helper (the rollout's snapshot, placement and
+/// heal are a container's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_update_naming_a_vm_is_refused_and_touches_nothing() {
+    let stack = agent_support::vm::VmStack::running_with(
+        "[controller]\nhealth_window_ms = 15000\nreport_interval_ms = 1000\n",
+    )
+    .await;
+    let (sim, vmid) = (&stack.sim, stack.vmid);
+    sim.clear_requests();
+    let (host, guest, vmid_text) = (
+        stack.host.to_string(),
+        stack.guest.to_string(),
+        vmid.to_string(),
+    );
+    let digest = format!("digest=sha256:{}", "ab".repeat(32));
+    let args = [
+        "--kind",
+        "controller-update",
+        "--host",
+        &host,
+        "--guest",
+        &guest,
+        "--vmid",
+        &vmid_text,
+        "--param",
+        &digest,
+    ];
+    let operator = stack.files.trusted_operator();
+    let job = submit(&stack.hub, &operator, stack.files.dir.path(), &args).await;
+    let result = job_result(&stack.hub, stack.host, job).await;
+    assert!(refused_with(&result, "not_for_vm"), "{result}");
+    let touched: Vec<_> = mutations(sim)
+        .into_iter()
+        .filter(|r| r.path.contains(&format!("/{vmid}/")))
+        .collect();
+    assert!(touched.is_empty(), "the VM was touched: {touched:?}");
+    let verbs = stack.files.helper.verbs();
+    assert!(
+        !verbs.contains(&"restart_controller"),
+        "the helper was asked to place a controller: {verbs:?}"
+    );
+    assert_eq!(sim.vm_running(vmid), Some(true));
+    stack.stop().await;
+}

@@ -138,6 +138,14 @@ pub enum JobRefusal {
         "adopt with a bootstrap needs a helper and a local API, and this agent lacks one of them"
     )]
     CannotBootstrap,
+    /// A job of a kind that does not act on a VM, naming a guest the journal records as one.
+    #[error("a {kind} job does not act on a VM: VM {vmid} not touched")]
+    NotForVm {
+        /// The job's kind.
+        kind: &'static str,
+        /// The VM's vmid.
+        vmid: u32,
+    },
     /// An `agent-update` job without `override_window`, outside the update window.
     #[error(
         "agent updates run only inside the update window ({window}) unless signed with override_window"
@@ -170,6 +178,7 @@ impl JobRefusal {
             JobRefusal::Detach(refusal) | JobRefusal::Wipe(refusal) => refusal.code(),
             JobRefusal::OutsideUpdateWindow { .. } => "outside_update_window",
             JobRefusal::CannotBootstrap => "cannot_bootstrap",
+            JobRefusal::NotForVm { .. } => "not_for_vm",
             JobRefusal::BulkArchiveUnknown { .. } => "bulk_archive_unknown",
         }
     }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::check::JobRefusal;
 use super::context::JobContext;
 use super::error::JobError;
 use super::family::{Claimed, JobFamily, NotAccepted};
@@ -54,7 +55,7 @@ impl<P: Pve + PveQemu + 'static> JobFamily<P> for ControllerJobs {
     }
 
     async fn accept(
-        _context: &JobContext<P>,
+        context: &JobContext<P>,
         _setup: &RolloutContext,
         job: &Claimed,
     ) -> Result<(ControllerAccepted, ()), NotAccepted> {
@@ -70,6 +71,16 @@ impl<P: Pve + PveQemu + 'static> JobFamily<P> for ControllerJobs {
             tracing::error!(%job_id, kind = row.name(), "a guest job without its guest; not run");
             return Err(NotAccepted::Dropped);
         };
+        // A VM's controller lives in its image: the rollout's snapshot, placement and heal
+        // are a container's (`pct push`, `pct exec`), and the guest agent's `exec` reaches only
+        // a restore test's scratch VM (decision 0120). Refused before anything is asked.
+        let recorded = context.journal.provenance(vmid).await.ok().flatten();
+        if recorded.is_some_and(|p| p.kind() == bosun_proto::desired::GuestKind::Qemu) {
+            return Err(NotAccepted::Refused(JobRefusal::NotForVm {
+                kind: row.name(),
+                vmid,
+            }));
+        }
         let digest = document
             .params
             .get(bosun_proto::controller::DIGEST_PARAM)
