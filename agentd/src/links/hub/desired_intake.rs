@@ -3,11 +3,15 @@
 //! backup, or a hostile hub's out-of-reach generation being undone): the agent acts on
 //! it, caches it (so a restart while the hub is away does not bring the old document
 //! back) and audits it once (`desired.generation_reset`).
+//!
+//! A guest whose `kind` this version does not know is taken out of the document and refused
+//! alone ([`bosun_proto::desired_kinds`]): audited once per generation (`desired.guest_refused`),
+//! reported refused, never acted on; every other guest's desired state applies.
 
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::DesiredState;
+use bosun_proto::desired_kinds::{self, Parsed};
 use bosun_proto::validate::ValidationError;
 use serde_json::json;
 use tokio::sync::watch;
@@ -28,15 +32,15 @@ pub enum DesiredRefusal {
 }
 
 /// Reads the cached document, checked like one fresh from the hub: its bounds hold
-/// for the cache too.
-pub fn parse_cached(body: &str) -> Result<DesiredState, DesiredRefusal> {
-    parse(serde_json::from_str::<DesiredState>(body))
+/// for the cache too, and a guest of an unknown kind is refused alone as it was then.
+pub fn parse_cached(body: &str) -> Result<Parsed, DesiredRefusal> {
+    parse(serde_json::from_str::<serde_json::Value>(body)?)
 }
 
-fn parse(parsed: Result<DesiredState, serde_json::Error>) -> Result<DesiredState, DesiredRefusal> {
-    let desired = parsed?;
-    desired.validate()?;
-    Ok(desired)
+fn parse(body: serde_json::Value) -> Result<Parsed, DesiredRefusal> {
+    let parsed = desired_kinds::parse(body)?;
+    parsed.state.validate()?;
+    Ok(parsed)
 }
 
 /// The intake.
@@ -84,8 +88,11 @@ impl DesiredIntake {
         });
         // Seen, valid or not: asking again would only bring the same document.
         self.known_generation = generation;
-        let desired = match parse(serde_json::from_value::<DesiredState>(body.clone())) {
-            Ok(d) => d,
+        let Parsed {
+            state: desired,
+            refused: unknown_kinds,
+        } = match parse(body.clone()) {
+            Ok(parsed) => parsed,
             Err(refusal) => {
                 let reason = refusal.to_string();
                 tracing::warn!(%request_id, generation, reason = %reason, "hub sent an invalid desired state; keeping the previous one");
@@ -124,6 +131,21 @@ impl DesiredIntake {
                 return;
             }
         }
+        for refused in &unknown_kinds {
+            tracing::warn!(%request_id, generation, guest = %refused.name, guest_id = ?refused.guest_id, reason = %refused.reason, "hub named a guest of a kind this host does not know; that guest is refused");
+        }
+        if !unknown_kinds.is_empty() {
+            let guests: Vec<_> = unknown_kinds
+                .iter()
+                .map(|r| json!({ "guest": r.name, "guest_id": r.guest_id, "reason": r.reason }))
+                .collect();
+            self.audit(
+                "desired.guest_refused",
+                request_id,
+                json!({ "generation": generation, "guests": guests }),
+            )
+            .await;
+        }
         tracing::info!(%request_id, generation, correlation_id = %correlation_id.as_deref().unwrap_or_default(), guests = desired.guests.len(), "new desired state");
         self.desired.send_replace(Some(Arc::new(DesiredSnapshot {
             generation,
@@ -132,6 +154,7 @@ impl DesiredIntake {
             correlation_id,
             plan: None,
             refused: Vec::new(),
+            unknown_kinds,
         })));
     }
 
