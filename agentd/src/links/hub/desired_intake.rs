@@ -19,6 +19,9 @@ use tokio::sync::watch;
 use crate::data::desired::DesiredSnapshot;
 use crate::ops::journal::{AuditEvent, CacheOutcome, JournalHandle};
 
+/// Most guests of unknown kinds one `desired.guest_refused` audit row (and the log) names.
+const AUDITED_GUESTS: usize = 16;
+
 /// Why a desired state (from the hub or the cache) is refused. Its text is the `reason` of
 /// the `desired.refused` audit row.
 #[derive(Debug, thiserror::Error)]
@@ -131,18 +134,21 @@ impl DesiredIntake {
                 return;
             }
         }
-        for refused in &unknown_kinds {
-            tracing::warn!(%request_id, generation, guest = %refused.name, guest_id = ?refused.guest_id, reason = %refused.reason, "hub named a guest of a kind this host does not know; that guest is refused");
-        }
         if !unknown_kinds.is_empty() {
-            let guests: Vec<_> = unknown_kinds
+            // One audit row per generation, naming the first few guests (the report names
+            // every one, bounded there).
+            let named = &unknown_kinds[..unknown_kinds.len().min(AUDITED_GUESTS)];
+            for refused in named {
+                tracing::warn!(%request_id, generation, guest = %refused.name, guest_id = ?refused.guest_id, reason = %refused.reason, "hub named a guest of a kind this host does not know; that guest is refused");
+            }
+            let guests: Vec<_> = named
                 .iter()
                 .map(|r| json!({ "guest": r.name, "guest_id": r.guest_id, "reason": r.reason }))
                 .collect();
             self.audit(
                 "desired.guest_refused",
                 request_id,
-                json!({ "generation": generation, "guests": guests }),
+                json!({ "generation": generation, "count": unknown_kinds.len(), "guests": guests }),
             )
             .await;
         }
