@@ -194,6 +194,7 @@ async fn twenty_restore_tests_figures() {
         correlation_id: None,
         plan: None,
         refused: Vec::new(),
+        unknown_kinds: Vec::new(),
     })));
     let mut config = RestoreTestConfig::new(StorageId::new("local-lvm").unwrap());
     config.stay_up = Duration::from_millis(500);

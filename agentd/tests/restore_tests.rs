@@ -112,6 +112,7 @@ impl Rig {
             correlation_id: None,
             plan: None,
             refused: Vec::new(),
+            unknown_kinds: Vec::new(),
         })));
         // The guest is one this agent created.
         let guest = h.guest(0).clone();

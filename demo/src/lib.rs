@@ -52,6 +52,7 @@ mod tunnel;
 pub mod unit;
 mod verify;
 mod vm_guest;
+mod vm_lifecycle;
 mod zero_knowledge;
 
 use std::path::PathBuf;

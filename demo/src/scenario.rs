@@ -95,6 +95,8 @@ pub struct Outcome {
     pub pve_access: Option<super::pve_access::PveAccessOutcome>,
     /// A VM beside the containers: restored from the base signed for a VM, shown as `qemu`.
     pub vm: Option<super::vm_guest::VmOutcome>,
+    /// The VM's lifecycle: backed up with its freeze, restore-tested, recovered by DR.
+    pub vm_lifecycle: Option<super::vm_lifecycle::VmLifecycleOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
@@ -522,7 +524,13 @@ pub async fn run(
     outcome.share = Some(n.step("a fair share for every guest: the operator signs bounds into the plan (guest_share) and desired state gives the shop's guests share classes, stored by Proxmox as cpuunits, cpulimit and net0's rate=; a hub that loosens a class past the plan, unsigned, gets the plan's ceilings, refused in the report and the audit trail", async |n| super::fair_share::fair_share(n, children, &client, (bins, out), &sim, (host_id, &order)).await).await?);
     outcome.order = Some(order);
     outcome.pve_access = Some(n.step("the node's access, as an operator sets it up: bosunctl pve setup with an administrator's token given for the run finds the roles, user, token, pool and ACLs the agent has used all along and changes nothing; bosunctl pve check passes on the agent's token, the guest agent's reach held on pool bosun and on no other path", async |n| super::pve_access::setup_and_check(n, (bins, out), &sim).await).await?);
-    outcome.vm = Some(n.step("a virtual machine beside the containers: the operator signs the node's VM golden base for a VM (golden sign --kind qemu) and desired state adds guest vm-shop of kind qemu; the agent hashes the base through its helper, restores it into Bosun's pool with its own identity through cloud-init, starts it and writes its bootstrap through the guest agent; bosunctl status shows it running as qemu beside the containers (lxc)", async |n| super::vm_guest::vm_beside_containers(n, children, &client, (bins, out), &sim, host_id).await).await?);
+    let vm = n.step("a virtual machine beside the containers: the operator signs the node's VM golden base for a VM (golden sign --kind qemu) and desired state adds guest vm-shop of kind qemu; the agent hashes the base through its helper, restores it into Bosun's pool with its own identity through cloud-init, starts it and writes its bootstrap through the guest agent; bosunctl status shows it running as qemu beside the containers (lxc)", async |n| super::vm_guest::vm_beside_containers(n, children, &client, (bins, out), &sim, host_id).await).await?;
+    let mut vm_life = super::vm_lifecycle::VmLifecycleOutcome::default();
+    n.step("the VM backed up: vm-shop's controller leaves its restore check in the VM while its apps are quiesced; a signed force-backup backs it up to its first tier as a vzdump-qemu archive, vzdump freezing its filesystems through the guest agent (the simulator shows the freeze window)", async |n| super::vm_lifecycle::backed_up(n, children, &client, (bins, out), &sim, (host_id, &vm), &mut vm_life).await).await?;
+    n.step("the VM restore-tested: the agent restores vm-shop's archive into a scratch VM with every link down in the restore request, boots it, runs the guest's own check through the guest agent's exec in the scratch only, destroys it with purge; the hub shows the test passed", async |n| super::vm_lifecycle::restore_tested(n, children, &client, (bins, out), &sim, (host_id, &vm), &mut vm_life).await).await?;
+    n.step("the VM recovered: root destroys vm-shop behind Bosun's back (qm stop, qm destroy --purge); the agent finds it lost and restores it by DR from its newest verified archive into its vmid with the same MAC (the same cloud-init instance); the hub's guest_restored alert gives the RPO and RTO", async |n| super::vm_lifecycle::recovered(n, children, &client, &sim, &vm, &mut vm_life).await).await?;
+    outcome.vm = Some(vm);
+    outcome.vm_lifecycle = Some(vm_life);
     let kept = super::settle::Kept {
         client,
         sim,

@@ -432,9 +432,63 @@ pub async fn sim_guest_file(
         .map_err(|source| DemoError::Http { what, source })
 }
 
+/// Writes `content` as the file `path` (permission bits `mode`, octal) inside the simulated VM
+/// `vmid`, as a program in the guest would (`PUT /_sim/qemu/{vmid}/file`).
+pub async fn sim_vm_write_file(
+    sim: &SimEndpoint,
+    vmid: u32,
+    (path, mode): (&str, &str),
+    content: &[u8],
+) -> Result<(), DemoError> {
+    let what = "PUT /_sim/qemu/{vmid}/file";
+    sim_admin_client(sim)?
+        .put(format!("{}/qemu/{vmid}/file", sim.admin_url))
+        .query(&[("path", path), ("mode", mode)])
+        .bearer_auth(sim.admin_token.expose_secret())
+        .body(content.to_vec())
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(())
+}
+
+/// How long each backup of VM `vmid` held its filesystems frozen through its guest agent,
+/// oldest first (`GET /_sim/qemu/{vmid}/freezes`).
+pub async fn sim_vm_freezes(sim: &SimEndpoint, vmid: u32) -> Result<Vec<Duration>, DemoError> {
+    let what = "GET /_sim/qemu/{vmid}/freezes";
+    let body: Value = sim_admin_client(sim)?
+        .get(format!("{}/qemu/{vmid}/freezes", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?
+        .json()
+        .await
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(body["freezes_us"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .map(Duration::from_micros)
+        .collect())
+}
+
 /// The agent's own Proxmox client with the `BosunAgent` token, the certificate pinned (the
 /// demo reads guest configs with it to show what provisioning did).
 pub fn pve_client(sim: &SimEndpoint) -> Result<bosun_pve::PveClient, DemoError> {
+    client_with(sim, &sim.tokens.agent)
+}
+
+/// Root's Proxmox client on the node (`root@pam`): what an administrator's `qm` does, behind
+/// Bosun's back.
+pub fn root_pve_client(sim: &SimEndpoint) -> Result<bosun_pve::PveClient, DemoError> {
+    client_with(sim, &sim.tokens.root)
+}
+
+fn client_with(sim: &SimEndpoint, token: &SimToken) -> Result<bosun_pve::PveClient, DemoError> {
     use bosun_pve::{PveClient, PveConfig, RetryPolicy, TlsTrust};
     let config = PveConfig {
         base_url: sim
@@ -445,8 +499,8 @@ pub fn pve_client(sim: &SimEndpoint) -> Result<bosun_pve::PveClient, DemoError> 
             .node
             .parse()
             .map_err(|err| DemoError::Check(format!("node name: {err}")))?,
-        token_id: sim.tokens.agent.id.clone(),
-        token_secret: sim.tokens.agent.secret.clone(),
+        token_id: token.id.clone(),
+        token_secret: token.secret.clone(),
         trust: TlsTrust::PinnedSha256(sim.fingerprint.clone()),
         policy: RetryPolicy::fast(),
     };

@@ -115,6 +115,7 @@ fn snapshot() -> DesiredSnapshot {
             signer: "SHA256:operator".into(),
         })),
         refused: Vec::new(),
+        unknown_kinds: Vec::new(),
     }
 }
 

@@ -108,7 +108,9 @@ impl std::fmt::Display for GuestKind {
     }
 }
 
-/// One guest (an LXC container or a QEMU virtual machine) and its spec.
+/// One guest (an LXC container or a QEMU virtual machine) and its spec. A guest of a kind this
+/// version does not know is taken out of the hub's document and refused alone
+/// ([`crate::desired_kinds`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]

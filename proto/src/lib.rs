@@ -17,6 +17,7 @@
 //! | [`health`] | host health inside a report: gauges against thresholds, SMART readings |
 //! | [`ids`] | ids shown as their shortest unique prefix, and prefixes typed back |
 //! | [`desired`] | `bosun.desired/v1` |
+//! | [`desired_kinds`] | a desired guest of a kind this version does not know, refused alone |
 //! | [`desired_status`] | admin views of a host's current, last-applied and observed state |
 //! | [`oplog`] | the agent's operation journal tail, as polls carry it |
 //! | [`job`] | `bosun.job/v1`, `bosun.signed-job/v1`, `bosun.job-result/v1` |
@@ -50,6 +51,7 @@ pub mod controller;
 pub mod data_plan;
 pub mod delta;
 pub mod desired;
+pub mod desired_kinds;
 pub mod desired_status;
 pub mod enroll;
 pub mod escrow;

@@ -3,7 +3,8 @@
 //! retargeted / wrongly namespaced / unknown-signer / tampered / re-kinded
 //! jobs. Asserted from the simulator's request log (no destructive call) and
 //! from what the agent reported (each refusal as a `rejected` result and a
-//! `job.refused` audit entry).
+//! `job.refused` audit entry). A guest of a kind the agent does not know is refused
+//! alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
@@ -325,6 +326,125 @@ async fn a_hub_that_lost_the_base_gets_a_full_report_at_once() {
         status.full_reports >= 2 && status.delta_reports >= 3,
         "{status:?}"
     );
+    agent.stop().await;
+    hub.shutdown();
+    sim.shutdown().await;
+}
+
+/// A hub naming a guest of a kind the agent does not know (`"kind": "bhyve"`) gets that one
+/// guest refused, with why, in the report and the audit trail: nothing reaches Proxmox for it,
+/// and every other guest of the same generation still converges (the whole document is not
+/// refused for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_of_an_unknown_kind_is_refused_alone() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = HostileHub::start().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some("kind-token"));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let status = agent.handles.reconcile.clone();
+    let running = |guest: Uuid| {
+        let status = status.clone();
+        move || {
+            let status = status.clone();
+            async move {
+                status
+                    .borrow()
+                    .guests
+                    .iter()
+                    .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
+            }
+        }
+    };
+
+    let web = Uuid::new_v4();
+    hub.set_desired(desired(&sim, &[(web, "web")], "running"));
+    eventually(Duration::from_secs(60), "web running", running(web)).await;
+    let first = status.borrow().applied_generation;
+    sim.clear_requests();
+
+    // The next generation keeps web, adds db and a guest of a kind no agent knows.
+    let (db, odd) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut next = desired(
+        &sim,
+        &[(web, "web"), (db, "db"), (odd, "vm-odd")],
+        "running",
+    );
+    next["guests"][2]["kind"] = json!("bhyve");
+    hub.set_desired(next);
+    eventually(Duration::from_secs(60), "db running", running(db)).await;
+    eventually(Duration::from_secs(30), "vm-odd refused", || {
+        let status = status.clone();
+        async move {
+            status
+                .borrow()
+                .refused
+                .iter()
+                .any(|r| r.guest_id == Some(odd) && r.field.as_deref() == Some("kind"))
+        }
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the refusal audited", || {
+        let hub = hub.clone();
+        async move {
+            hub.audit().iter().any(|(action, d)| {
+                action == "desired.guest_refused"
+                    && d["detail"]["guests"][0]["guest_id"] == odd.to_string().as_str()
+            })
+        }
+    })
+    .await;
+
+    let s = status.borrow().clone();
+    let refusal = s
+        .refused
+        .iter()
+        .find(|r| r.guest_id == Some(odd))
+        .expect("refused");
+    assert_eq!(refusal.name, "vm-odd");
+    assert!(refusal.reason.contains("\"bhyve\""), "{refusal:?}");
+    assert_eq!(
+        s.refused.len(),
+        1,
+        "only vm-odd is refused: {:?}",
+        s.refused
+    );
+    assert!(
+        !s.guests.iter().any(|g| g.guest_id == Some(odd)),
+        "vm-odd is no guest of the host: {:?}",
+        s.guests
+    );
+    assert!(
+        s.guests
+            .iter()
+            .any(|g| g.guest_id == Some(web) && g.status == GuestStatus::Running),
+        "web keeps running: {:?}",
+        s.guests
+    );
+    // A generation with a refusal is never reported applied (decision 0065).
+    assert!(s.generation > first, "{s:?}");
+    assert_eq!(s.applied_generation, first, "{s:?}");
+
+    // Proxmox saw db's restore and nothing of vm-odd.
+    let requests = sim.requests();
+    let creates: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == "POST" && (r.path.ends_with("/lxc") || r.path.ends_with("/qemu")))
+        .collect();
+    assert_eq!(creates.len(), 1, "only db is created: {creates:?}");
+    let odd_id = odd.to_string();
+    let about_odd: Vec<_> = requests
+        .iter()
+        .filter(|r| {
+            r.params
+                .iter()
+                .any(|(_, v)| v.contains("vm-odd") || v.contains(&odd_id))
+        })
+        .collect();
+    assert!(
+        about_odd.is_empty(),
+        "vm-odd reached Proxmox: {about_odd:?}"
+    );
+
     agent.stop().await;
     hub.shutdown();
     sim.shutdown().await;

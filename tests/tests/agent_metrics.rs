@@ -351,7 +351,7 @@ async fn agent_metrics_count_real_work_lint_clean_and_back_the_shipped_rules_and
     );
     assert!(promtool::sample(&text, "bosun_agent_queue_operations").is_some());
     assert_eq!(
-        promtool::sample(&text, "bosun_agent_guests{status=\"running\"}"),
+        promtool::sample(&text, "bosun_agent_guests{status=\"running\",kind=\"lxc\"}"),
         Some(1.0),
         "{text}"
     );

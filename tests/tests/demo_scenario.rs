@@ -58,7 +58,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         run_demo(Scenario::Full, Duration::from_secs(390));
     let out = dir.path().join("demo-out");
     // Without the root helper no golden archive can be hashed: the demo says so at once.
-    // 36 steps (about 190 s on two cores while other builds ran, steps 33 and 34 about 25 s of
+    // 39 steps (about 190 s on two cores while other builds ran, steps 33 and 34 about 25 s of
     // it) and the 8 s the kept hub is watched.
     if !passed_as_root(
         &result,
@@ -754,8 +754,41 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
+    // Steps 37 to 39: the VM backed up as a VM with vzdump's freeze, restore-tested in a
+    // scratch VM with its own check passed, and recovered by DR at its vmid with its MAC.
+    let life = outcome
+        .vm_lifecycle
+        .clone()
+        .expect("the VM's lifecycle ran");
+    assert!(
+        life.archive.starts_with("local:backup/vzdump-qemu-"),
+        "{life:?}"
+    );
+    assert!(
+        matches!(
+            &life.restore_test,
+            Some((bosun_proto::report::RestoreTestOutcome::Passed, _, _))
+        ),
+        "{life:?}"
+    );
+    assert!(
+        !life.net0.0.is_empty() && life.net0.0.split(',').next() == life.net0.1.split(',').next(),
+        "{life:?}"
+    );
+    assert!(
+        life.alert.contains(&format!("(vmid {})", vm.vmid)) && life.alert.contains("RTO"),
+        "{life:?}"
+    );
+    for step in [
+        "[37] the VM backed up",
+        "[38] the VM restore-tested",
+        "[39] the VM recovered",
+    ] {
+        assert!(transcript.contains(step), "{step}: {transcript}");
+    }
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 36;
+    let steps = 39;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     // The last step: guest alpha past its own threshold, a degraded disk of the node.
     assert!(

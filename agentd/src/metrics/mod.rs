@@ -24,7 +24,7 @@
 //! | `bosun_agent_journal_size_bytes` | `file` (`database`, `wal`) | gauge |
 //! | `bosun_agent_desired_generation`, `bosun_agent_applied_generation` | | gauge |
 //! | `bosun_agent_reconcile_last_pass_failed` | | gauge, 0 or 1 |
-//! | `bosun_agent_guests` | `status` | gauge |
+//! | `bosun_agent_guests` | `status`, `kind` (`lxc`, `qemu`: the journal's record) | gauge |
 //! | `bosun_agent_hub_connected` | | gauge, 0 or 1 |
 //! | `bosun_agent_hub_poll_failures` | | gauge: failed polls in a row |
 //! | `bosun_agent_backup_last_success_timestamp_seconds` | `guest`, `target` | gauge |

@@ -13,6 +13,18 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+/// How many guests of one kind the last reconcile pass reported in one status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestFigures {
+    /// The reported status (`running`, `stopped`, …).
+    pub status: String,
+    /// The guest's kind as the journal recorded it when the agent made, recovered or adopted
+    /// it (decision 0123); for a guest the journal has no record of, what Proxmox lists it as.
+    pub kind: bosun_proto::desired::GuestKind,
+    /// How many.
+    pub count: u64,
+}
+
 /// The newest backup of one guest to one target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BackupFigures {
@@ -58,8 +70,8 @@ pub struct Snapshot {
     pub applied_generation: u64,
     /// Whether the last pass reported an error.
     pub reconcile_last_failed: bool,
-    /// Guests by reported status.
-    pub guests: Vec<(String, u64)>,
+    /// Guests by reported status and kind.
+    pub guests: Vec<GuestFigures>,
     /// Whether the last hub poll succeeded.
     pub hub_connected: bool,
     /// Failed polls in a row.
@@ -235,19 +247,19 @@ impl Collector for SnapshotCollector {
                 (&[("file", "wal")][..], float(s.journal_wal_bytes)),
             ],
         )?;
-        let guests: Vec<[(&'static str, &str); 1]> = s
+        let guests: Vec<[(&'static str, &str); 2]> = s
             .guests
             .iter()
-            .map(|(status, _)| [("status", status.as_str())])
+            .map(|g| [("status", g.status.as_str()), ("kind", g.kind.as_str())])
             .collect();
         gauges(
             &mut encoder,
             "guests",
-            "Guests by the status the last reconcile pass reported",
+            "Guests by the status the last reconcile pass reported and their kind",
             guests
                 .iter()
                 .zip(&s.guests)
-                .map(|(labels, (_, n))| (&labels[..], float(*n))),
+                .map(|(labels, g)| (&labels[..], float(g.count))),
         )?;
         backup_gauges(&mut encoder, &s)?;
         restore_test_gauges(&mut encoder, &s)
@@ -263,7 +275,18 @@ mod tests {
         let snapshot = Arc::new(Mutex::new(Snapshot {
             queue_operations: 3,
             journal_database_bytes: 4096,
-            guests: vec![("running".to_owned(), 2)],
+            guests: vec![
+                GuestFigures {
+                    status: "running".to_owned(),
+                    kind: bosun_proto::desired::GuestKind::Lxc,
+                    count: 2,
+                },
+                GuestFigures {
+                    status: "running".to_owned(),
+                    kind: bosun_proto::desired::GuestKind::Qemu,
+                    count: 1,
+                },
+            ],
             backups: vec![
                 BackupFigures {
                     guest: "g1".to_owned(),
@@ -296,7 +319,8 @@ mod tests {
         for line in [
             "bosun_agent_queue_operations 3.0",
             "bosun_agent_journal_size_bytes{file=\"database\"} 4096.0",
-            "bosun_agent_guests{status=\"running\"} 2.0",
+            "bosun_agent_guests{status=\"running\",kind=\"lxc\"} 2.0",
+            "bosun_agent_guests{status=\"running\",kind=\"qemu\"} 1.0",
             "bosun_agent_backup_last_success_timestamp_seconds{guest=\"g1\",target=\"local\"} 1700000000.5",
             "bosun_agent_backup_last_run_succeeded{guest=\"g2\",target=\"local\"} 0.0",
             "bosun_agent_restore_test_last_passed{guest=\"g1\",target=\"local\"} 1.0",

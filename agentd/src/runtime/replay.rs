@@ -200,13 +200,14 @@ async fn cached_desired(
         .map_err(AgentError::Journal)?
     {
         Some(cached) => match crate::links::hub::desired_intake::parse_cached(&cached.body) {
-            Ok(state) => Some(Arc::new(DesiredSnapshot {
+            Ok(parsed) => Some(Arc::new(DesiredSnapshot {
                 generation: cached.generation,
-                state,
+                state: parsed.state,
                 request_id: None,
                 correlation_id: cached.correlation_id,
                 plan: None,
                 refused: Vec::new(),
+                unknown_kinds: parsed.refused,
             })),
             Err(e) => {
                 tracing::warn!(error = %e, "cached desired state unreadable; waiting for the hub");

@@ -53,6 +53,7 @@ pub(crate) fn routes() -> Router<App> {
             get(get_clock).post(set_clock).delete(wall_clock),
         )
         .merge(crate::node_load::routes())
+        .merge(crate::qemu_admin::routes())
         .merge(crate::hardware::routes())
         .merge(crate::pbs_verify::routes())
 }

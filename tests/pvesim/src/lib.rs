@@ -65,6 +65,7 @@ mod node_load;
 mod pbs_verify;
 mod pct;
 mod qemu;
+mod qemu_admin;
 mod qemu_agent;
 mod qemu_handle;
 mod qemu_resize;

@@ -132,6 +132,7 @@ fn the_report_carries_the_signed_target_and_the_journal_rows() {
             signer: "SHA256:x".into(),
         })),
         refused: Vec::new(),
+        unknown_kinds: Vec::new(),
     };
     let at: Timestamp = "2026-11-26T10:00:00Z".parse().unwrap();
     let row = LastBulk {

@@ -35,4 +35,7 @@ pub struct DesiredSnapshot {
     pub plan: Option<Arc<VerifiedPlan>>,
     /// The storage targets and tiers of the hub's document the plan does not allow.
     pub refused: Vec<Refusal>,
+    /// The guests of the hub's document whose kind this version does not know, taken out of
+    /// `state` ([`bosun_proto::desired_kinds`]): reported refused, never acted on.
+    pub unknown_kinds: Vec<bosun_proto::refused::Refused>,
 }

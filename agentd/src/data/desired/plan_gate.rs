@@ -93,6 +93,7 @@ impl Gate {
             correlation_id: raw.correlation_id.clone(),
             plan,
             refused,
+            unknown_kinds: raw.unknown_kinds.clone(),
         }))
     }
 

@@ -506,12 +506,18 @@ impl<P: PveQemu + 'static> ReconcileTask<P> {
             }))
             .collect();
         let refused = snapshot.map_or_else(Vec::new, |s| {
-            super::refusals::of(
-                &s.state.guests,
-                findings,
-                &s.refused,
-                s.plan.as_ref().map(|p| &p.plan),
-            )
+            // A guest of an unknown kind first: it is refused whole, before any of its fields.
+            s.unknown_kinds
+                .iter()
+                .cloned()
+                .chain(super::refusals::of(
+                    &s.state.guests,
+                    findings,
+                    &s.refused,
+                    s.plan.as_ref().map(|p| &p.plan),
+                ))
+                .take(bosun_proto::refused::MAX_REFUSED)
+                .collect()
         });
         // A generation with refusals is never applied (decision 0065).
         let converged = converged && refused.is_empty();

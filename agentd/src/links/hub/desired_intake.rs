@@ -3,17 +3,24 @@
 //! backup, or a hostile hub's out-of-reach generation being undone): the agent acts on
 //! it, caches it (so a restart while the hub is away does not bring the old document
 //! back) and audits it once (`desired.generation_reset`).
+//!
+//! A guest whose `kind` this version does not know is taken out of the document and refused
+//! alone ([`bosun_proto::desired_kinds`]): audited once per generation (`desired.guest_refused`),
+//! reported refused, never acted on; every other guest's desired state applies.
 
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::DesiredState;
+use bosun_proto::desired_kinds::{self, Parsed};
 use bosun_proto::validate::ValidationError;
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::data::desired::DesiredSnapshot;
 use crate::ops::journal::{AuditEvent, CacheOutcome, JournalHandle};
+
+/// Most guests of unknown kinds one `desired.guest_refused` audit row (and the log) names.
+const AUDITED_GUESTS: usize = 16;
 
 /// Why a desired state (from the hub or the cache) is refused. Its text is the `reason` of
 /// the `desired.refused` audit row.
@@ -28,15 +35,15 @@ pub enum DesiredRefusal {
 }
 
 /// Reads the cached document, checked like one fresh from the hub: its bounds hold
-/// for the cache too.
-pub fn parse_cached(body: &str) -> Result<DesiredState, DesiredRefusal> {
-    parse(serde_json::from_str::<DesiredState>(body))
+/// for the cache too, and a guest of an unknown kind is refused alone as it was then.
+pub fn parse_cached(body: &str) -> Result<Parsed, DesiredRefusal> {
+    parse(serde_json::from_str::<serde_json::Value>(body)?)
 }
 
-fn parse(parsed: Result<DesiredState, serde_json::Error>) -> Result<DesiredState, DesiredRefusal> {
-    let desired = parsed?;
-    desired.validate()?;
-    Ok(desired)
+fn parse(body: serde_json::Value) -> Result<Parsed, DesiredRefusal> {
+    let parsed = desired_kinds::parse(body)?;
+    parsed.state.validate()?;
+    Ok(parsed)
 }
 
 /// The intake.
@@ -84,8 +91,11 @@ impl DesiredIntake {
         });
         // Seen, valid or not: asking again would only bring the same document.
         self.known_generation = generation;
-        let desired = match parse(serde_json::from_value::<DesiredState>(body.clone())) {
-            Ok(d) => d,
+        let Parsed {
+            state: desired,
+            refused: unknown_kinds,
+        } = match parse(body.clone()) {
+            Ok(parsed) => parsed,
             Err(refusal) => {
                 let reason = refusal.to_string();
                 tracing::warn!(%request_id, generation, reason = %reason, "hub sent an invalid desired state; keeping the previous one");
@@ -124,6 +134,24 @@ impl DesiredIntake {
                 return;
             }
         }
+        if !unknown_kinds.is_empty() {
+            // One audit row per generation, naming the first few guests (the report names
+            // every one, bounded there).
+            let named = &unknown_kinds[..unknown_kinds.len().min(AUDITED_GUESTS)];
+            for refused in named {
+                tracing::warn!(%request_id, generation, guest = %refused.name, guest_id = ?refused.guest_id, reason = %refused.reason, "hub named a guest of a kind this host does not know; that guest is refused");
+            }
+            let guests: Vec<_> = named
+                .iter()
+                .map(|r| json!({ "guest": r.name, "guest_id": r.guest_id, "reason": r.reason }))
+                .collect();
+            self.audit(
+                "desired.guest_refused",
+                request_id,
+                json!({ "generation": generation, "count": unknown_kinds.len(), "guests": guests }),
+            )
+            .await;
+        }
         tracing::info!(%request_id, generation, correlation_id = %correlation_id.as_deref().unwrap_or_default(), guests = desired.guests.len(), "new desired state");
         self.desired.send_replace(Some(Arc::new(DesiredSnapshot {
             generation,
@@ -132,6 +160,7 @@ impl DesiredIntake {
             correlation_id,
             plan: None,
             refused: Vec::new(),
+            unknown_kinds,
         })));
     }
 
