@@ -66,6 +66,7 @@ mod pbs_verify;
 mod pct;
 mod qemu;
 mod qemu_agent;
+mod qemu_disks;
 mod qemu_handle;
 mod qemu_resize;
 mod qemu_restore;

@@ -21,6 +21,7 @@ mod pct_admin;
 mod pct_tar;
 mod pools;
 mod qemu;
+mod qemu_disks;
 mod qemu_vzdump;
 mod remote_storage;
 mod remote_store;
