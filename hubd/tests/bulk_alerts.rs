@@ -55,6 +55,7 @@ fn with_media(seq: u64, signed: Option<&str>) -> StateReport {
             signed_target: signed.map(str::to_owned),
             last_archive: None,
             last_error: None,
+            not_archived: None,
         }],
         ..report()
     }

@@ -762,6 +762,7 @@ fn hostile_bulk(
             sha256: "ab".repeat(32),
         }),
         last_error: error.map(str::to_owned),
+        not_archived: None,
     }
 }
 

@@ -172,6 +172,10 @@ pub struct GuestSpec {
     pub network: Option<GuestNetwork>,
 }
 
+/// The longest volume name a `qemu` guest may give: the name is the disk's `serial=`, which
+/// QEMU bounds to 20 bytes (decision 0124).
+pub const MAX_VM_VOLUME_NAME: usize = 20;
+
 /// Most bulk volumes one guest may declare (`mp0`…`mp7`); bulk and hot volumes together are
 /// at most this many mount points.
 pub const MAX_BULK_VOLUMES: usize = 8;
@@ -1028,14 +1032,23 @@ impl GuestSpec {
         if let Some(network) = &self.network {
             network.validate(&at)?;
         }
-        // A VM's disks beside its root come with the rest of its lifecycle (decision 0114).
-        if self.kind == GuestKind::Qemu
-            && (!self.bulk_volumes.is_empty() || !self.hot_volumes.is_empty())
-        {
-            return Err(ValidationError::Invalid {
-                field: at("kind"),
-                reason: "a qemu guest has no bulk or hot volumes yet".into(),
-            });
+        // A VM's volume is a disk whose `serial=` is the volume's name (decision 0124), and
+        // QEMU takes a drive serial of at most 20 bytes.
+        if self.kind == GuestKind::Qemu {
+            let bulk =
+                (self.bulk_volumes.iter().enumerate()).map(|(j, v)| ("bulk_volumes", j, &v.name));
+            let hot =
+                (self.hot_volumes.iter().enumerate()).map(|(j, v)| ("hot_volumes", j, &v.name));
+            for (list, j, name) in bulk.chain(hot) {
+                if name.len() > MAX_VM_VOLUME_NAME {
+                    return Err(ValidationError::Invalid {
+                        field: at(&format!("{list}[{j}].name")),
+                        reason: format!(
+                            "a qemu guest's volume name is its disk's serial: at most {MAX_VM_VOLUME_NAME} bytes"
+                        ),
+                    });
+                }
+            }
         }
         if let Some(version) = &self.golden.version {
             crate::golden_recipe::validate_version(&at("golden.version"), version)?;

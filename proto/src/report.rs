@@ -163,6 +163,34 @@ pub struct BulkVolumeReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(max_length = 200))]
     pub last_error: Option<String>,
+    /// Why no archive of it is taken whatever the plan says, when Bosun cannot take one
+    /// (decision 0124): absent, the volume is archived as the plan names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_archived: Option<BulkNotArchived>,
+}
+
+/// Why a bulk volume is not archived at all, a closed vocabulary (decision 0124).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BulkNotArchived {
+    /// The volume is a disk of a virtual machine: the helper archives a container's volume
+    /// from inside the container, which it cannot do for a running VM's disk, and the VM's
+    /// own vzdump leaves the disk out (`backup=0`).
+    VmDisk,
+    /// Anything this version does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl BulkNotArchived {
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::VmDisk => "vm_disk",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 /// One archive of a bulk volume (decision 0090).

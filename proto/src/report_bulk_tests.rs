@@ -28,6 +28,7 @@ fn volume() -> BulkVolumeReport {
             sha256: SHA.into(),
         }),
         last_error: Some("tar: ./x: file changed as we read it".into()),
+        not_archived: None,
     }
 }
 

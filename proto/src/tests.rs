@@ -317,6 +317,47 @@ fn desired_state_rejections_name_the_field() {
 }
 
 #[test]
+fn a_qemu_guests_volume_names_fit_a_disk_serial() {
+    let named = |kind: &'static str, hot: usize, bulk_name: Option<usize>| {
+        move |v: &mut serde_json::Value| {
+            let guest = &mut v["guests"][0];
+            guest["kind"] = kind.into();
+            guest["hot_volumes"] = serde_json::json!([{
+                "name": "d".repeat(hot), "size_gib": 2, "path": "/var/lib/db",
+            }]);
+            if let Some(len) = bulk_name {
+                guest["hot_volumes"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(serde_json::json!({
+                        "name": "m".repeat(len), "size_gib": 2, "path": "/srv/m",
+                    }));
+            }
+        }
+    };
+    fn check(edit: impl FnOnce(&mut serde_json::Value)) -> Result<(), String> {
+        edited::<DesiredState>(example!("desired.json"), edit, DesiredState::validate)
+    }
+    assert_eq!(check(named("qemu", 20, None)), Ok(()));
+    assert_eq!(
+        check(named("qemu", 21, None))
+            .unwrap_err()
+            .split(':')
+            .next(),
+        Some("field guests[0].hot_volumes[0].name")
+    );
+    assert_eq!(
+        check(named("qemu", 4, Some(21)))
+            .unwrap_err()
+            .split(':')
+            .next(),
+        Some("field guests[0].hot_volumes[1].name")
+    );
+    // A container's volume names keep their own bound.
+    assert_eq!(check(named("lxc", 32, None)), Ok(()));
+}
+
+#[test]
 fn job_document_rejections_name_the_field() {
     let cases: &[(&str, Edit, &str)] = &[
         (

@@ -43,6 +43,7 @@ mod policy;
 mod property;
 mod qemu;
 mod qemu_devices;
+mod qemu_disks;
 mod qemu_model;
 mod qemu_requests;
 mod requests;
@@ -82,6 +83,7 @@ pub use property::{
 };
 pub use qemu::{PveQemu, VmConfig};
 pub use qemu_devices::VmDisk;
+pub use qemu_disks::{NewVmDisk, NewVmDisks, SCSI_SLOTS, SERIAL_MAX, drive_option};
 pub use qemu_model::{
     CloudinitItem, ExecStarted, ExecStatus, FileRead, FreezeStatus, GuestInterface, GuestIpAddress,
     VmSummary,

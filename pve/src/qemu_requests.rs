@@ -253,6 +253,9 @@ pub struct VmOptions {
     pub sshkeys: Vec<String>,
     /// Whether the VM has the QEMU guest agent device (`agent=1`).
     pub agent: Option<bool>,
+    /// Disks allocated and added (`scsiN: <storage>:<GiB>,…`; never with a restore's
+    /// `archive`, which brings its own).
+    pub new_disks: super::qemu_disks::NewVmDisks,
     /// The VM's SMBIOS system UUID (`smbios1: uuid=…`): what cloud-init and the guest read as
     /// the machine's identity.
     pub smbios_uuid: Option<uuid::Uuid>,
@@ -348,6 +351,7 @@ impl VmOptions {
         if let Some(agent) = self.agent {
             out.push(("agent".into(), format!("enabled={}", bool_param(agent))));
         }
+        out.extend(self.new_disks.params().map_err(invalid(op, "scsi"))?);
         if let Some(uuid) = self.smbios_uuid {
             out.push(("smbios1".into(), format!("uuid={}", uuid.hyphenated())));
         }

@@ -5,7 +5,7 @@
 
 use bosun_proto::admin::HostDetail;
 use bosun_proto::desired::BulkBackup;
-use bosun_proto::report::{BulkVolumeReport, StateReport};
+use bosun_proto::report::{BulkNotArchived, BulkVolumeReport, StateReport};
 use jiff::Timestamp;
 use uuid::Uuid;
 
@@ -72,7 +72,7 @@ fn describe(
         plain(&v.path),
         backup(host, report, v)
     );
-    if v.signed_target.is_some() || v.last_archive.is_some() {
+    if v.not_archived.is_none() && (v.signed_target.is_some() || v.last_archive.is_some()) {
         match &v.last_archive {
             Some(a) => text.push_str(&format!(
                 ", newest archive {} ({})",
@@ -90,6 +90,9 @@ fn describe(
 
 /// Where the volume's archives go: the plan's signed target, or why there is none.
 fn backup(host: &HostDetail, report: &StateReport, v: &BulkVolumeReport) -> String {
+    if let Some(why) = v.not_archived {
+        return format!("NOT ARCHIVED: {}", not_archived(why));
+    }
     match (&v.signed_target, &v.backup) {
         (Some(target), _) => format!("backup to {}", plain(&target_name(host, report, target))),
         (None, BulkBackup::Target { target }) => format!(
@@ -99,6 +102,16 @@ fn backup(host: &HostDetail, report: &StateReport, v: &BulkVolumeReport) -> Stri
         (None, BulkBackup::None { acknowledged_by }) => {
             format!("backup none (acknowledged by {})", plain(acknowledged_by))
         }
+    }
+}
+
+/// Why no archive of a volume is taken, in words (decision 0124).
+pub(crate) fn not_archived(why: BulkNotArchived) -> &'static str {
+    match why {
+        BulkNotArchived::VmDisk => {
+            "a VM's disk (backup=0): Bosun archives only containers' bulk volumes, and the VM's own backups leave it out"
+        }
+        BulkNotArchived::Unknown => "a reason this bosunctl does not know",
     }
 }
 

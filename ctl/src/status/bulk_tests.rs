@@ -146,3 +146,25 @@ fn status_shows_the_lines_under_their_guest() {
         "{text:#?}"
     );
 }
+
+#[test]
+fn a_vms_volume_says_it_is_not_archived_whatever_the_plan_names() {
+    let shown = lines(json!([volume(
+        json!({ "kind": "target", "target": "usb1" }),
+        json!({ "signed_target": "usb1", "not_archived": "vm_disk" }),
+    )]));
+    assert_eq!(
+        shown,
+        [
+            "    bulk media /srv/media  on nas-media  NOT ARCHIVED: a VM's disk (backup=0): Bosun archives only containers' bulk volumes, and the VM's own backups leave it out"
+        ],
+    );
+    let unknown = lines(json!([volume(
+        json!({ "kind": "target", "target": "usb1" }),
+        json!({ "not_archived": "from_the_future" }),
+    )]));
+    assert!(
+        unknown[0].contains("NOT ARCHIVED: a reason this bosunctl does not know"),
+        "{unknown:?}"
+    );
+}

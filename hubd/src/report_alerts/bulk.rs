@@ -4,7 +4,8 @@
 //!
 //! - `bulk_unprotected` (subject `guest_id/volume`) holds while the volume's desired decision
 //!   is `backup: {kind: target}` and the report names no `signed_target`: desired state asks
-//!   for a backup the signed data plan never gave it, so nothing archives the volume. An
+//!   for a backup the signed data plan never gave it, so nothing archives the volume (or the
+//!   report says the agent archives none of it: a VM's disk, `not_archived`). An
 //!   acknowledged `none` raises nothing. The plan naming a target resolves it as
 //!   `bulk_protected`; the decision turning `none`, or the volume leaving the report, clears
 //!   it.
@@ -28,10 +29,12 @@ pub fn subject(v: &BulkVolumeReport) -> String {
 }
 
 /// The target desired state asks the volume to be archived to, while the signed plan names
-/// none for it.
+/// none for it or the agent archives none (a VM's disk, decision 0124).
 fn unprotected(v: &BulkVolumeReport) -> Option<&str> {
     match &v.backup {
-        BulkBackup::Target { target } if v.signed_target.is_none() => Some(target),
+        BulkBackup::Target { target } if v.signed_target.is_none() || v.not_archived.is_some() => {
+            Some(target)
+        }
         _ => None,
     }
 }
@@ -71,14 +74,22 @@ pub(super) fn conditions(hostname: &str, report: &StateReport) -> Vec<Condition>
             out.push(Condition {
                 kind: WatchKind::BulkUnprotected,
                 subject: subject(v),
-                message: format!(
-                    "{} on host {hostname} is not backed up: desired state asks for its own backup to {target}, but the signed data plan names no target for it; sign a plan whose bulk_backups names one (bosunctl policy derive-plan, then sign-plan)",
-                    volume_text(report, v),
-                ),
+                message: match v.not_archived {
+                    Some(why) => format!(
+                        "{} on host {hostname} is not backed up: desired state asks for its own backup to {target}, but the agent archives none of it ({}: a VM's disk is left out of the VM's backups and Bosun does not archive it)",
+                        volume_text(report, v),
+                        why.as_str(),
+                    ),
+                    None => format!(
+                        "{} on host {hostname} is not backed up: desired state asks for its own backup to {target}, but the signed data plan names no target for it; sign a plan whose bulk_backups names one (bosunctl policy derive-plan, then sign-plan)",
+                        volume_text(report, v),
+                    ),
+                },
                 detail: serde_json::json!({
                     "guest_id": v.guest_id,
                     "volume": bounded(&v.name, MAX_TEXT),
                     "desired_target": target,
+                    "not_archived": v.not_archived.map(|why| why.as_str()),
                 }),
             });
         }
@@ -131,7 +142,11 @@ pub(super) fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport)
     };
     let volume = volume_text(report, v);
     match open.kind {
-        WatchKind::BulkUnprotected => match &v.signed_target {
+        WatchKind::BulkUnprotected => match v
+            .signed_target
+            .as_ref()
+            .filter(|_| v.not_archived.is_none())
+        {
             Some(target) => (
                 true,
                 format!(

@@ -41,6 +41,7 @@ fn report(backup: BulkBackup, signed: Option<&str>) -> StateReport {
         signed_target: signed.map(str::to_owned),
         last_archive: None,
         last_error: None,
+        not_archived: None,
     }];
     report
 }
@@ -198,4 +199,30 @@ fn an_unsigned_volume_whose_attempt_failed_has_both_alerts() {
         vec![WatchKind::BulkUnprotected, WatchKind::BulkBackupFailed]
     );
     assert!(raised.raise[1].message.contains("its signed target"));
+}
+
+#[test]
+fn a_vms_volume_the_agent_does_not_archive_stays_unprotected_whatever_the_plan_signs() {
+    let mut vm = report(asks_for("usb1"), Some("usb1"));
+    vm.bulk_volumes[0].not_archived = Some(bosun_proto::report::BulkNotArchived::VmDisk);
+    let raised = judge(&[], &vm);
+    assert_eq!(kinds(&raised), (vec![WatchKind::BulkUnprotected], vec![]));
+    let alert = &raised.raise[0];
+    for word in ["media", "web1", "pve1", "usb1", "vm_disk", "VM's disk"] {
+        assert!(alert.message.contains(word), "{word}: {}", alert.message);
+    }
+    assert!(!alert.message.contains("sign a plan"), "{}", alert.message);
+    // Still not archived: one alert, never resolved as protected by the signed target.
+    assert!(judge(&[open(WatchKind::BulkUnprotected)], &vm).is_empty());
+    // Desired state acknowledging none clears it, not as protected.
+    let mut none = report(
+        BulkBackup::None {
+            acknowledged_by: "ops".into(),
+        },
+        Some("usb1"),
+    );
+    none.bulk_volumes[0].not_archived = Some(bosun_proto::report::BulkNotArchived::VmDisk);
+    assert!(judge(&[], &none).is_empty());
+    let cleared = judge(&[open(WatchKind::BulkUnprotected)], &none);
+    assert_eq!(kinds(&cleared), (vec![], vec!["bulk_unprotected_cleared"]));
 }

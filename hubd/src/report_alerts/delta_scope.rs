@@ -285,6 +285,7 @@ mod tests {
             signed_target: Some("usb1".into()),
             last_archive: None,
             last_error: None,
+            not_archived: None,
         }];
         report
     }

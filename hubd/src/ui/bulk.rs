@@ -70,6 +70,11 @@ fn placed(host: &HostDetail, v: &BulkVolumeReport) -> Markup {
 
 /// The target the signed plan archives it to, or why nothing does.
 fn backup(host: &HostDetail, v: &BulkVolumeReport) -> Markup {
+    if let Some(why) = v.not_archived {
+        return html! {
+            (layout::badge("not archived", "danger")) " " (not_archived(why))
+        };
+    }
     html! {
         @match (&v.signed_target, &v.backup) {
             (Some(target), _) => span title=(target) { (target_label(host, target)) },
@@ -82,5 +87,15 @@ fn backup(host: &HostDetail, v: &BulkVolumeReport) -> Markup {
                 "none (acknowledged by " (acknowledged_by) ")"
             },
         }
+    }
+}
+
+/// Why no archive of a volume is taken, in words (decision 0124).
+fn not_archived(why: bosun_proto::report::BulkNotArchived) -> &'static str {
+    match why {
+        bosun_proto::report::BulkNotArchived::VmDisk => {
+            "a VM's disk (backup=0): Bosun archives only containers' bulk volumes, and the VM's own backups leave it out"
+        }
+        bosun_proto::report::BulkNotArchived::Unknown => "a reason this hub does not know",
     }
 }

@@ -67,6 +67,7 @@ mod pct;
 mod qemu;
 mod qemu_admin;
 mod qemu_agent;
+mod qemu_disks;
 mod qemu_handle;
 mod qemu_resize;
 mod qemu_restore;

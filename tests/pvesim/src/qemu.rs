@@ -424,24 +424,35 @@ pub(crate) async fn config_put(ctx: &Ctx) -> HandlerResult {
         all.insert(key.clone(), String::new());
     }
     check_config_keys(ctx, vmid, None, &all)?;
+    crate::qemu_disks::check_allocations(ctx, &values)?;
+    let mut values = values;
     let _flock = ctx
         .shared
         .flock_qemu(vmid, FLOCK_WAIT)
         .await
         .map_err(|m| ApiError::internal(&m))?;
+    let now = ctx.shared.clock.epoch();
     let mut st = ctx.shared.state.lock();
+    {
+        let vm = st
+            .vms
+            .get(&vmid)
+            .ok_or_else(|| ApiError::internal(&missing_config(ctx.node(), vmid)))?;
+        if let Some(digest) = ctx.get("digest")
+            && digest != vm.digest()
+        {
+            return Err(ApiError::internal(
+                "detected modified configuration - file changed by other user? Try again.",
+            ));
+        }
+        vm.check_lock().map_err(|m| ApiError::internal(&m))?;
+    }
+    crate::qemu_disks::allocate(&mut st, vmid, &mut values, now)
+        .map_err(|m| ApiError::internal(&m))?;
     let vm = st
         .vms
         .get_mut(&vmid)
         .ok_or_else(|| ApiError::internal(&missing_config(ctx.node(), vmid)))?;
-    if let Some(digest) = ctx.get("digest")
-        && digest != vm.digest()
-    {
-        return Err(ApiError::internal(
-            "detected modified configuration - file changed by other user? Try again.",
-        ));
-    }
-    vm.check_lock().map_err(|m| ApiError::internal(&m))?;
     for key in deletes {
         vm.conf.remove(&key);
     }

@@ -230,6 +230,14 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                         format!("{storage}:vm-{vmid}-cloudinit,media=cdrom"),
                     );
                     new_volumes.push((format!("{storage}:vm-{vmid}-cloudinit"), 4 << 20));
+                } else if is_disk_key(key) && crate::qemu_disks::excluded_from_backup(value) {
+                    // qemu-server's `restore_update_config_line`: a drive the backup left out
+                    // (`backup=0`) holds no data in the archive; its line is written back
+                    // commented out, which the config reads as part of the description.
+                    let line = format!("{key}: {value}\n");
+                    conf.entry("description".to_owned())
+                        .and_modify(|d| d.push_str(&line))
+                        .or_insert(line);
                 } else if is_disk_key(key) && !value.contains("media=cdrom") {
                     let size_part = value
                         .split(',')
@@ -242,7 +250,18 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                         .strip_prefix("size=")
                         .and_then(crate::schema::parse_size)
                         .unwrap_or(8 << 30);
-                    conf.insert(key.clone(), format!("{volid},{size_part}"));
+                    // The drive's other options (`backup`, `serial`, …) are kept; only its
+                    // volume is the new one.
+                    let mut drive = vec![volid.clone()];
+                    drive.extend(
+                        value
+                            .split(',')
+                            .skip(1)
+                            .filter(|p| !p.starts_with("size="))
+                            .map(str::to_owned),
+                    );
+                    drive.push(size_part.to_owned());
+                    conf.insert(key.clone(), drive.join(","));
                     new_volumes.push((volid, size));
                 } else if key.starts_with("net") && unique {
                     let rest = value.split_once(',').map_or("", |(_, r)| r);

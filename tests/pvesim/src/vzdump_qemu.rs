@@ -82,6 +82,12 @@ async fn backup_locked(
             continue;
         }
         let volume = value.split(',').next().unwrap_or_default();
+        // `PVE::VZDump::QemuServer::prepare`: a drive with `backup=0` is left out of the
+        // archive's data; the archive's config keeps its line.
+        if crate::qemu_disks::excluded_from_backup(value) {
+            t.log(format!("INFO: exclude disk '{key}' '{volume}' (backup=no)"));
+            continue;
+        }
         t.log(format!("INFO: include disk '{key}' '{volume}'"));
     }
     let (running, agent) = {

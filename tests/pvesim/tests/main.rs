@@ -22,6 +22,7 @@ mod pct_tar;
 mod pools;
 mod qemu;
 mod qemu_admin;
+mod qemu_disks;
 mod qemu_vzdump;
 mod remote_storage;
 mod remote_store;

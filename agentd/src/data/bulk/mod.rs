@@ -20,6 +20,7 @@
 //! time.
 
 mod archiver;
+mod vm_volumes;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -29,13 +30,15 @@ use std::time::Duration;
 use bosun_errchain::error_chain;
 use bosun_proto::data_plan::DataPlan;
 use bosun_proto::desired::{BulkBackup, DesiredState, Power};
-use bosun_proto::report::{BulkArchiveReport, BulkVolumeReport};
+use bosun_proto::report::{BulkArchiveReport, BulkNotArchived, BulkVolumeReport};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 pub use archiver::{ArchiveDone, Archiver, ArchiverError, BulkRequest, NoHelper};
+pub use vm_volumes::vm_guests;
 
 use crate::clock::SharedClock;
 use crate::data::backup::scheduler::GuestSource;
@@ -135,6 +138,9 @@ const MAX_VOLUME_GIB: u32 = 65_536;
 /// The bulk scheduler's loop.
 pub struct BulkScheduler {
     journal: JournalHandle,
+    /// The VMs' volumes already audited as not archived (once per volume while the agent
+    /// runs).
+    noted: BTreeSet<(Uuid, String)>,
     clock: SharedClock,
     desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     guests: Arc<dyn GuestSource>,
@@ -165,6 +171,7 @@ impl BulkScheduler {
     ) -> Self {
         Self {
             journal,
+            noted: BTreeSet::new(),
             clock,
             desired,
             guests,
@@ -199,6 +206,7 @@ impl BulkScheduler {
         let Some(snapshot) = self.desired.borrow().clone() else {
             return false;
         };
+        vm_volumes::note(&self.journal, &snapshot, &mut self.noted).await;
         let planned = match &snapshot.plan {
             Some(plan) => planned(&snapshot.state, &plan.plan, &self.config.mount_root),
             None => Vec::new(),
@@ -377,7 +385,14 @@ fn bounded(text: &str) -> String {
 /// Every desired guest's bulk volumes as the report carries them: placement, the desired
 /// decision, the signed target (from `snapshot`'s verified plan) and what the journal's `rows`
 /// hold of its newest archive and failure.
-pub fn reports(snapshot: Option<&DesiredSnapshot>, rows: &[LastBulk]) -> Vec<BulkVolumeReport> {
+///
+/// A volume of a guest in `vm_guests` (the journal's VMs) is reported `not_archived:
+/// vm_disk`, whatever the plan names for it: nothing archives a VM's disk (decision 0124).
+pub fn reports(
+    snapshot: Option<&DesiredSnapshot>,
+    rows: &[LastBulk],
+    vm_guests: &BTreeSet<Uuid>,
+) -> Vec<BulkVolumeReport> {
     let Some(snapshot) = snapshot else {
         return Vec::new();
     };
@@ -418,6 +433,9 @@ pub fn reports(snapshot: Option<&DesiredSnapshot>, rows: &[LastBulk]) -> Vec<Bul
                     }
                 }),
                 last_error: row.and_then(|r| r.error.as_ref()).map(|(e, _)| bounded(e)),
+                not_archived: vm_guests
+                    .contains(&guest_id)
+                    .then_some(BulkNotArchived::VmDisk),
             }
         })
         .collect()

@@ -151,7 +151,7 @@ fn the_report_carries_the_signed_target_and_the_journal_rows() {
         )),
         error: Some(("tar\u{7} failed".into(), at)),
     };
-    let reports = reports(Some(&snapshot), &[row]);
+    let reports = reports(Some(&snapshot), &[row], &BTreeSet::new());
     assert_eq!(reports.len(), 1);
     let r = &reports[0];
     assert_eq!(r.signed_target.as_deref(), Some("/srv/bosun/backup"));
@@ -165,10 +165,36 @@ fn the_report_carries_the_signed_target_and_the_journal_rows() {
     let r = &reports_of(&unsigned)[0];
     assert_eq!(r.signed_target, None);
     assert!(r.last_archive.is_none());
+    assert_eq!(r.not_archived, None);
 }
 
 fn reports_of(snapshot: &DesiredSnapshot) -> Vec<BulkVolumeReport> {
-    reports(Some(snapshot), &[])
+    reports(Some(snapshot), &[], &BTreeSet::new())
+}
+
+#[test]
+fn a_vms_volume_is_reported_not_archived_whatever_the_plan_says() {
+    let state = desired();
+    let snapshot = DesiredSnapshot {
+        generation: 3,
+        state: state.clone(),
+        request_id: None,
+        correlation_id: None,
+        plan: Some(Arc::new(VerifiedPlan {
+            plan: plan(&state, vec![entry("/srv/bosun/backup")]),
+            signer: "SHA256:x".into(),
+        })),
+        refused: Vec::new(),
+        unknown_kinds: Vec::new(),
+    };
+    let guest: Uuid = GUEST.parse().unwrap();
+    let r = &reports(Some(&snapshot), &[], &[guest].into_iter().collect())[0];
+    assert_eq!(r.not_archived, Some(BulkNotArchived::VmDisk));
+    // The plan's entry is still shown: what the operator signed is not hidden.
+    assert_eq!(r.signed_target.as_deref(), Some("/srv/bosun/backup"));
+    let other = Uuid::from_u128(7);
+    let r = &reports(Some(&snapshot), &[], &[other].into_iter().collect())[0];
+    assert_eq!(r.not_archived, None);
 }
 
 #[test]

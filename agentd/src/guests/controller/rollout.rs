@@ -201,6 +201,7 @@ impl Progress {
                 | StepName::ResizeVmDisk
                 | StepName::BulkVolume
                 | StepName::HotVolume
+                | StepName::VmVolume
                 | StepName::Start
                 | StepName::ManageController
                 | StepName::ChooseSource

@@ -239,3 +239,91 @@ fn a_lost_vm_is_reported_and_restored_under_auto_never_provisioned() {
     };
     assert!(plan(&state, &[], &failed).actions.is_empty());
 }
+
+/// A VM whose hot volume asks for the root storage, on a host whose storages are classed as
+/// `state` and `classed` say (decision 0124: the containers' rule).
+fn hot_vm(classed: Option<bosun_proto::desired::StorageClass>) -> (DesiredState, Facts) {
+    use bosun_proto::data_plan::{DataPlan, NodeStorage};
+    let mut state = vm_state(Power::Running);
+    state.guests[0].hot_volumes = vec![bosun_proto::desired::HotVolume {
+        name: "db".into(),
+        size_gib: 2,
+        path: "/var/lib/db".into(),
+        storage: None,
+    }];
+    let mut plan: DataPlan = serde_json::from_value(serde_json::json!({
+        "schema": "bosun.data-plan/v1",
+        "host_id": Uuid::from_u128(1),
+        "serial": 1,
+        "issued_at": "2026-11-26T00:00:00Z",
+        "backup": {
+            "schedule": "daily",
+            "retention": { "keep_daily": 1 },
+            "min_interval_seconds": 3600,
+            "restore_test_days": null,
+            "verify_hours": null,
+        },
+    }))
+    .expect("a plan");
+    plan.node_storages = classed
+        .map(|class| {
+            vec![NodeStorage {
+                storage: "local-lvm".into(),
+                class,
+            }]
+        })
+        .unwrap_or_default();
+    let facts = Facts {
+        hot_places: crate::data::storage::hot::HotPlaces::new(&state, Some(&plan), "local-lvm"),
+        ..facts()
+    };
+    (state, facts)
+}
+
+#[test]
+fn a_vm_whose_hot_volume_has_no_fast_storage_is_refused_as_a_container_is() {
+    use bosun_proto::desired::{PlacementRefusal, StorageClass};
+    for (classed, why) in [
+        (Some(StorageClass::Slow), PlacementRefusal::StorageNotFast),
+        (None, PlacementRefusal::StorageUnclassed),
+    ] {
+        let (state, facts) = hot_vm(classed);
+        let got = plan(&state, &[], &facts);
+        assert!(names(&got).is_empty(), "{classed:?}: {got:?}");
+        assert!(
+            got.findings.iter().any(|f| matches!(
+                f,
+                Finding::HotRefused { volume, storage, reason, .. }
+                    if volume == "db" && storage == "local-lvm" && *reason == why
+            )),
+            "{classed:?}: {got:?}"
+        );
+    }
+    let (state, facts) = hot_vm(Some(StorageClass::Fast));
+    let got = plan(&state, &[], &facts);
+    assert_eq!(names(&got), ["provision"], "{got:?}");
+}
+
+#[test]
+fn a_vm_whose_bulk_volume_has_no_target_of_its_class_is_refused() {
+    let mut state = vm_state(Power::Running);
+    state.guests[0].bulk_volumes = vec![bosun_proto::desired::BulkVolume {
+        name: "media".into(),
+        size_gib: 4,
+        path: "/srv/media".into(),
+        class: bosun_proto::desired::StorageClass::Slow,
+        target: None,
+        backup: bosun_proto::desired::BulkBackup::None {
+            acknowledged_by: "ops".into(),
+        },
+    }];
+    let got = plan(&state, &[], &facts());
+    assert!(names(&got).is_empty(), "{got:?}");
+    assert!(
+        got.findings.iter().any(|f| matches!(
+            f,
+            Finding::PlacementRefused { volume, .. } if volume == "media"
+        )),
+        "{got:?}"
+    );
+}

@@ -231,8 +231,20 @@ impl ReportState {
                 Vec::new()
             }
         };
-        let bulk_volumes =
-            crate::data::bulk::reports(self.sources.desired.borrow().as_deref(), &bulk_rows);
+        // A VM's bulk volume is a disk nothing archives (decision 0124); the guest's kind is
+        // the journal's, never desired state's (decision 0123).
+        let vm_guests = match journal.all_provenance().await {
+            Ok(rows) => crate::data::bulk::vm_guests(&rows),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "guest records unreadable; the report's bulk volumes name no vm");
+                Default::default()
+            }
+        };
+        let bulk_volumes = crate::data::bulk::reports(
+            self.sources.desired.borrow().as_deref(),
+            &bulk_rows,
+            &vm_guests,
+        );
         let data_plan = plan_report(self.sources.desired.borrow().as_deref());
         let health = self.sources.health.borrow().clone();
         let current = StateReport {

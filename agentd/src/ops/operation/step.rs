@@ -85,6 +85,9 @@ step_names! {
     BulkVolume => "bulk_volume", waited as TaskStatus, found as None,
     /// A hot volume attached as a mount point on a `fast` storage.
     HotVolume => "hot_volume", waited as TaskStatus, found as None,
+    /// A VM's hot or bulk volume added as a disk whose serial names it (a synchronous
+    /// config update; a lost answer is judged by the serial).
+    VmVolume => "vm_volume", waited as TaskStatus, found as None,
     /// A guest started.
     Start => "start", waited as StartCt, found as None,
     /// A provisioned guest's controller record set to its golden base's signed digest (a
@@ -293,6 +296,7 @@ mod tests {
         ("resize_rootfs", StepName::ResizeRootfs),
         ("bulk_volume", StepName::BulkVolume),
         ("hot_volume", StepName::HotVolume),
+        ("vm_volume", StepName::VmVolume),
         ("start", StepName::Start),
         ("choose_source", StepName::ChooseSource),
         ("start_isolated", StepName::StartIsolated),

@@ -56,6 +56,7 @@ pub mod vm;
 mod vm_dr;
 mod vm_lookup;
 mod vm_steps;
+mod vm_volumes;
 
 pub use dr_restore::Recovery;
 pub use vm::{VmBringup, VmProvisioner};

@@ -378,7 +378,7 @@ impl<P: Pve + 'static> Provisioner<P> {
 
     /// The storage `volume` goes on: its `bulk-data` target of the volume's class in the
     /// desired state acted on (never one of another class), or why there is none.
-    fn place(&self, volume: &BulkVolume) -> Result<StorageId, String> {
+    pub(super) fn place(&self, volume: &BulkVolume) -> Result<StorageId, String> {
         let desired = self
             .placement
             .as_ref()

@@ -7,8 +7,10 @@
 //!   IPv4 address)     VM, hash        unique, the operation's tag,   tag, the uuid,       ipfilter)
 //!                     checked now)    cloud-init identity, a fresh   cloud-init, net0)
 //!                                     SMBIOS uuid, net0 firewall=1)
-//!  ─► start_vm ─► agent_ping ─► check_token … write_bootstrap ─► store_token
-//!     (qmstart)   (bounded)     (file-write into this operation's VM only)
+//!  ─► vm_volume… ─► start_vm ─► agent_ping ─► check_token … write_bootstrap ─► store_token
+//!     (a disk per    (qmstart)   (bounded)     (file-write into this operation's VM only)
+//!      volume, by
+//!      serial: vm_volumes.rs)
 //! ```
 //!
 //! The VM's identity is set in the restore itself, so no VM of Bosun's ever runs with its
@@ -209,11 +211,16 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
             .await?;
         let vmid = match *created {
             Some(vmid) => vmid,
-            None => self.restore(op, spec, &plan, created).await?,
+            None => {
+                // Every volume has its place before anything is built.
+                self.wanted_disks(op, spec)?;
+                self.restore(op, spec, &plan, created).await?
+            }
         };
         let identity = self.identity(op, spec, &plan, vmid).await?;
         self.check_identity(op, vmid, &identity).await?;
         self.guard(op, vmid).await?;
+        self.volumes(op, spec, vmid).await?;
         if self.start(op, spec, vmid).await? {
             self.post_start(op, spec, vmid).await;
         }

@@ -7,9 +7,10 @@
 //!   the guest held)   proven as a VM's  the lost     or revoked, as     into pool `bosun`, the
 //!                     right before)     vmid is      for a container)   operation's tag, name,
 //!                                       taken)                          ciuser, sshkeys, ipconfig0)
-//!  ─► read_config ─► reset_identity ─► guard_firewall ─► start_vm
-//!                    (the MAC rule on net0, firewall=1;
-//!                     a fresh MAC brings a fresh SMBIOS uuid)
+//!  ─► read_config ─► reset_identity ─► guard_firewall ─► vm_volume… ─► start_vm
+//!                    (the MAC rule on net0, firewall=1;    (a bulk disk made
+//!                     a fresh MAC brings a fresh SMBIOS     again, empty)
+//!                     uuid)
 //! ```
 //!
 //! **The MAC rule and the instance identity.** The restored VM keeps the archive's MAC only
@@ -174,6 +175,8 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
         let (vmid, source_may_run) = match *created {
             Some(vmid) => (vmid, vmid.get() != recovery.lost_vmid),
             None => {
+                // Every volume has its place before anything is restored.
+                self.wanted_disks(op, spec)?;
                 self.restore_backup(op, spec, recovery, &plan, created)
                     .await?
             }
@@ -181,6 +184,9 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
         self.reset_vm_identity(op, spec, vmid, source_may_run)
             .await?;
         self.guard(op, vmid).await?;
+        // The hot disks came back from the archive; a bulk disk (left out of it, its line
+        // commented out by the restore) is made again, empty (decision 0124).
+        self.volumes(op, spec, vmid).await?;
         // The VM runs with the bootstrap its backup holds; a revoked token (a new vmid, or
         // one minted after the backup) is delivered again by a later pass once it runs.
         self.start(op, spec, vmid).await?;
