@@ -55,6 +55,10 @@ fn free_scsi_slot(config: &VmConfig) -> Option<u8> {
 impl<Q: PveQemu + 'static> VmProvisioner<Q> {
     /// The disks `spec` asks for, each with the storage it goes on; the first volume without
     /// a place refuses the whole guest (nothing is built for it).
+    #[expect(
+        clippy::result_large_err,
+        reason = "StepError is the one error of every journaled step"
+    )]
     pub(super) fn wanted_disks(
         &self,
         op: &OpJournal,
