@@ -483,8 +483,28 @@ impl<P: PveQemu + 'static> Applier<P> {
         origin: Origin,
     ) -> Result<(), String> {
         let guest_id = spec.guest_id.to_string();
-        let spec = &self.recorded_kind(spec, lost_vmid).await;
+        let spec = &match known {
+            // Host loss: no journal here knows the guest, and desired state is unsigned; the
+            // guest is the kind of the archive found for it, which the search proved by its
+            // name and by the config inside it (`data::recovery::host_loss`).
+            Some(source) => source.kind().map(|kind| {
+                if kind != spec.kind {
+                    tracing::warn!(guest_id = %spec.guest_id, lost_vmid, desired = ?spec.kind, archive = ?kind, "desired state names a guest lost with its host as the other kind; it comes back as its archive's");
+                }
+                bosun_proto::desired::GuestSpec {
+                    kind,
+                    ..spec.clone()
+                }
+            }),
+            None => Some(self.recorded_kind(spec, lost_vmid).await),
+        };
         let attempt = async {
+            let Some(spec) = spec else {
+                return Err(format!(
+                    "the archive found for the lost guest names no kind of guest: {}",
+                    known.map(|s| s.archive.to_string()).unwrap_or_default()
+                ));
+            };
             let source = match known {
                 Some(source) => source.clone(),
                 None => {
