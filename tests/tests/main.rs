@@ -105,6 +105,7 @@ mod agent_vm_host_loss;
 mod agent_vm_jobs;
 mod agent_vm_provision;
 mod agent_vm_reconcile;
+mod agent_vm_restore_now_crash;
 mod agent_vm_restore_test;
 mod command_census;
 mod demo_scenario;
