@@ -7,7 +7,7 @@
 //! | `guest_kind` | `lxc` (the default: jobs signed before VMs name none) or `qemu` (decision 0122) |
 //! | `hostname` | the container's `hostname`, or the VM's `name`, as its Proxmox config holds it now |
 //! | `config_digest` | the `digest` of its config (`GET /nodes/{node}/{lxc,qemu}/{vmid}/config`, 40 hex digits) |
-//! | `bootstrap` | `true`: push a bootstrap (token, endpoints) into it; `false` (default): none (a container only, for now) |
+//! | `bootstrap` | `true`: deliver a bootstrap (token, endpoints) into it (a container through the helper's `pct push`, a VM through its guest agent's `file-write`); `false` (default): none |
 //! | `customer_id`, `customer_name` | whom the bootstrap names (needed with `bootstrap=true`) |
 //!
 //! The digest is Proxmox's SHA-1 of the config file: any change to the container's config
@@ -122,11 +122,6 @@ impl AdoptParams {
             Some(Value::String(t)) if t == "false" => false,
             Some(_) => return Err(invalid(BOOTSTRAP_PARAM, "must be true or false")),
         };
-        if wanted && kind == GuestKind::Qemu {
-            // A VM's bootstrap goes through its guest agent's file-write; adopt does not write
-            // one yet (decision 0122): refused before it is signed, never half done.
-            return Err(invalid(BOOTSTRAP_PARAM, "not available for a VM yet"));
-        }
         let bootstrap = if wanted {
             let customer_id = text(CUSTOMER_ID_PARAM)?;
             validate::ident(|| format!("params.{CUSTOMER_ID_PARAM}"), customer_id, 64)?;
@@ -188,6 +183,13 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(vm.kind, GuestKind::Qemu);
+        let vm_with = AdoptParams::from_params(&params(json!({
+            "guest_kind": "qemu", "hostname": "legacy-vm", "config_digest": DIGEST,
+            "bootstrap": "true", "customer_id": "acme", "customer_name": "Acme Ltd",
+        })))
+        .unwrap();
+        assert_eq!(vm_with.kind, GuestKind::Qemu);
+        assert_eq!(vm_with.bootstrap.unwrap().customer_id, "acme");
     }
 
     #[test]
@@ -207,7 +209,7 @@ mod tests {
             json!({ "hostname": "web", "config_digest": DIGEST, "guest_kind": 1 }),
             json!({
                 "hostname": "web", "config_digest": DIGEST, "guest_kind": "qemu",
-                "bootstrap": "true", "customer_id": "acme", "customer_name": "Acme Ltd",
+                "bootstrap": "true", "customer_id": "acme",
             }),
         ] {
             assert!(

@@ -102,7 +102,7 @@ const PROVISION_POINTS: &[&str] = &[
     "provision.start.done",
 ];
 
-const RESTORE_POINTS: &[&str] = &[
+pub(crate) const RESTORE_POINTS: &[&str] = &[
     "restore_job.accepted.intent",
     "restore_job.accepted.done",
     "restore_job.stop.intent",

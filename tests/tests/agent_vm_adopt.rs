@@ -7,7 +7,8 @@
 //! VM is adopted only once the operator, as root, put it there and signed for it; the adopted
 //! VM carries the identity, is reported as the agent's `qemu` guest, and the VM beside it is
 //! never written to. Killed at every step of the job, the agent ends with one identity written,
-//! or none.
+//! or none. Asked for a bootstrap, the job writes it through the VM's guest agent into that VM
+//! alone, once it carries the identity; a VM whose agent is silent is left as it was.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_adopt::ADOPT_POINTS;
@@ -19,7 +20,9 @@ use agent_support::crash::*;
 use agent_support::hostile_hub::HostileHub;
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::{OperatorKey, envelope, job_doc};
-use agent_support::vm::{POOL, append_config, desired_of, foreign_vm, join_bosun_pool, vm_golden};
+use agent_support::vm::{
+    BOOTSTRAP, POOL, append_config, desired_of, foreign_vm, join_bosun_pool, vm_golden,
+};
 use agent_support::*;
 use bosun_proto::desired::GuestKind;
 use bosun_proto::job::JobOutcome;
@@ -117,6 +120,29 @@ fn adopt_vm_args(host: &str, vmid: &str, name: &str, digest: &str) -> Vec<String
     .iter()
     .map(|s| (*s).to_owned())
     .collect()
+}
+
+/// [`adopt_vm_args`] asking for a bootstrap for customer `acme`.
+fn adopt_vm_bootstrap_args(host: &str, vmid: &str, name: &str, digest: &str) -> Vec<String> {
+    let mut args = adopt_vm_args(host, vmid, name, digest);
+    for param in [
+        "bootstrap=true",
+        "customer_id=acme",
+        "customer_name=Acme Ltd",
+    ] {
+        args.extend(["--param".to_owned(), param.to_owned()]);
+    }
+    args
+}
+
+/// The guest-agent requests that reached VM `vmid`, in order: `(method, path)`.
+fn agent_calls(sim: &SimHandle, vmid: u32) -> Vec<(String, String)> {
+    let prefix = format!("/nodes/pve/qemu/{vmid}/agent/");
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with(&prefix))
+        .map(|r| (r.method, r.path))
+        .collect()
 }
 
 /// What the hub's stored report says of `vmid`.
@@ -556,6 +582,216 @@ async fn killed_at_every_vm_adopt_step_it_ends_with_one_identity_or_none() {
         assert!(sim.pool_members("bosun").contains(&vmid), "{point}");
     }
     kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// The VM adopted with a bootstrap.
+const BOOTED: u32 = 4331;
+/// The VM beside it, in pool `bosun` too, never signed for.
+const BOOTED_NEIGHBOUR: u32 = 4332;
+/// A VM whose guest agent does not answer.
+const SILENT: u32 = 4333;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_adopted_with_a_bootstrap_gets_it_through_its_agent_and_its_controller_reaches_the_local_api()
+ {
+    let (sim, hub, files) = enrolled_stack().await;
+    append_config(&files, POOL);
+    files.use_local_api(0, "");
+    let operator = files.trusted_operator();
+    let (volid, _sha, golden) = vm_golden(&sim, &files);
+    legacy_vm(&sim, &volid, BOOTED, "legacy-app").await;
+    legacy_vm(&sim, &volid, BOOTED_NEIGHBOUR, "legacy-cache").await;
+    // Both are in Bosun's pool, so the token could reach either: only the signature chooses.
+    operator_joins_pool(&sim, BOOTED).await;
+    operator_joins_pool(&sim, BOOTED_NEIGHBOUR).await;
+    let neighbour_before = sim.vm_config(BOOTED_NEIGHBOUR).unwrap();
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    hub.put_desired(host, &desired_of(&[])).await;
+    let digest = vm_digest(&sim, BOOTED).await;
+    sim.clear_requests();
+
+    let host_s = host.to_string();
+    let args = adopt_vm_bootstrap_args(&host_s, &BOOTED.to_string(), "legacy-app", &digest);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, job).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(result["output"]["kind"], "qemu", "{result}");
+    assert_eq!(result["output"]["bootstrap"], true, "{result}");
+    let guest: Uuid = result["output"]["guest_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let identity = result["output"]["identity"].as_str().unwrap().to_owned();
+    assert_eq!(tags(&sim, BOOTED), ["prod", "vm", identity.as_str()]);
+
+    // The bootstrap, through the guest agent, at the fixed path, 0600, naming this guest.
+    let file = sim.vm_file(BOOTED, BOOTSTRAP).expect("the bootstrap");
+    assert_eq!(file.mode, 0o600);
+    let bootstrap: Value = serde_json::from_slice(&file.content).unwrap();
+    assert_eq!(bootstrap["schema"], "bosun.bootstrap/v1");
+    assert_eq!(bootstrap["guest_id"], guest.to_string());
+    assert_eq!(bootstrap["customer"]["customer_id"], "acme");
+    // Written once, and only after the identity landed: the tag write comes first.
+    let order: Vec<(String, String)> = requests_to(&sim, BOOTED)
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| (r.method, r.path))
+        .collect();
+    let tag_at = order
+        .iter()
+        .position(|(m, p)| m == "PUT" && p.ends_with("/config"))
+        .unwrap_or_else(|| panic!("no tag write: {order:?}"));
+    let file_writes: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, p))| p.ends_with("/agent/file-write"))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(file_writes.len(), 1, "{order:?}");
+    assert!(file_writes[0] > tag_at, "{order:?}");
+    let token = agent
+        .handles
+        .journal
+        .token_of_guest(guest.to_string())
+        .await
+        .unwrap();
+    assert_eq!(
+        token.map(|t| t.vmid),
+        Some(BOOTED),
+        "its token is journaled"
+    );
+    // Nothing reached inside the neighbour, which is as it was.
+    assert!(
+        agent_calls(&sim, BOOTED_NEIGHBOUR).is_empty(),
+        "{:?}",
+        agent_calls(&sim, BOOTED_NEIGHBOUR)
+    );
+    assert!(sim.vm_file(BOOTED_NEIGHBOUR, BOOTSTRAP).is_none());
+    assert!(writes_to(&sim, BOOTED_NEIGHBOUR).is_empty());
+    assert_eq!(sim.vm_config(BOOTED_NEIGHBOUR).unwrap(), neighbour_before);
+
+    // Desired state names it; its controller, with the token the job wrote, backs it up as a
+    // VM through the local API.
+    let mut wanted = desired_of(&[(guest, "legacy-app", GuestKind::Qemu, golden)]);
+    wanted["guests"][0]["vmid"] = json!(BOOTED);
+    hub.put_desired(host, &wanted).await;
+    eventually(
+        Duration::from_secs(30),
+        "the hub shows it as Bosun's",
+        || {
+            let hub = &hub;
+            async move {
+                hub_guest(hub, host, BOOTED).await.is_some_and(|g| {
+                    g["status"] == "running" && g["guest_id"] == guest.to_string().as_str()
+                })
+            }
+        },
+    )
+    .await;
+    let url = bootstrap["local_api"]["url"].as_str().unwrap().to_owned();
+    let token = bootstrap["local_api"]["token"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let wrong = client
+        .get(format!("{url}/v1/backup/status"))
+        .bearer_auth("x".repeat(token.len()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401, "a token the job did not write");
+    let run = agent_support::local_backup(&client, &url, &token).await;
+    assert_eq!(run["phase"], "done", "{run}");
+    let archive = run["archive"].as_str().unwrap_or_default();
+    assert!(archive.contains(&format!("vzdump-qemu-{BOOTED}-")), "{run}");
+    // Later passes keep the token: nothing more is written into the VM.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes = agent_calls(&sim, BOOTED)
+        .into_iter()
+        .filter(|(_, p)| p.ends_with("/agent/file-write"))
+        .count();
+    assert_eq!(writes, 1, "the bootstrap is written once");
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_whose_agent_does_not_answer_is_not_adopted_and_stays_as_it_was() {
+    let (sim, hub, files) = enrolled_stack().await;
+    append_config(&files, POOL);
+    files.use_local_api(0, "");
+    let operator = files.trusted_operator();
+    let (volid, _sha, _golden) = vm_golden(&sim, &files);
+    legacy_vm(&sim, &volid, SILENT, "legacy-mail").await;
+    operator_joins_pool(&sim, SILENT).await;
+    assert!(sim.set_vm_agent(SILENT, false));
+    let before = sim.vm_config(SILENT).unwrap();
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    hub.put_desired(host, &desired_of(&[])).await;
+    let digest = vm_digest(&sim, SILENT).await;
+    sim.clear_requests();
+
+    let host_s = host.to_string();
+    let args = adopt_vm_bootstrap_args(&host_s, &SILENT.to_string(), "legacy-mail", &digest);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    let job = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, job).await;
+    assert_eq!(result["outcome"], "failed", "{result}");
+    let detail = result["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(&format!(
+            "the guest agent of vm {SILENT} did not answer within 10 s"
+        )),
+        "{result}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "bounded");
+    // Pinged (a POST that changes nothing), and nothing else: no write, no tag, no record, no
+    // token, no file.
+    let changes: Vec<_> = writes_to(&sim, SILENT)
+        .into_iter()
+        .filter(|r| !r.path.ends_with("/agent/ping"))
+        .collect();
+    assert!(changes.is_empty(), "{changes:?}");
+    let pings = agent_calls(&sim, SILENT);
+    assert!(!pings.is_empty(), "its agent was never asked");
+    assert!(
+        pings.iter().all(|(_, p)| p.ends_with("/agent/ping")),
+        "{pings:?}"
+    );
+    assert_eq!(sim.vm_config(SILENT).unwrap(), before);
+    assert!(identities(&sim, SILENT).is_empty());
+    assert!(sim.vm_file(SILENT, BOOTSTRAP).is_none());
+    assert!(
+        agent
+            .handles
+            .journal
+            .provenance(SILENT)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(sim.vm_running(SILENT), Some(true));
+
+    // Once its agent answers, the same signed pins adopt it, with its bootstrap.
+    assert!(sim.set_vm_agent(SILENT, true));
+    let job = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, job).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(identities(&sim, SILENT).len(), 1);
+    let file = sim.vm_file(SILENT, BOOTSTRAP).expect("the bootstrap");
+    let bootstrap: Value = serde_json::from_slice(&file.content).unwrap();
+    assert_eq!(bootstrap["guest_id"], result["output"]["guest_id"]);
+    agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;
 }

@@ -7,6 +7,8 @@
 //! pool, each from the archive its notes' binding under K names for it and proven as its
 //! kind's, with its data. The new box's journal recorded no MAC for either: both get fresh
 //! MACs (the containers' rule), the VM with a fresh SMBIOS uuid, so a new cloud-init instance.
+//! A hub that relabels both guests on the new box (the container a VM, the VM a container)
+//! gets each back as the kind its archive is, each restored once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agent_support;
@@ -53,6 +55,18 @@ async fn pbs_archives(sim: &bosun_pvesim::SimHandle, storage: &str) -> BTreeMap<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_host_with_a_vm_and_a_container_comes_back_on_a_new_box() {
+    host_loss(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_relabelling_the_lost_guests_kinds_gets_each_back_as_its_archive() {
+    host_loss(true).await;
+}
+
+/// The old box backs up a container and a VM to PBS and is lost; the new box brings both
+/// back. `relabelled`: the hub's desired state on the new box calls the container a VM and the
+/// VM a container, each with the other's golden entry.
+async fn host_loss(relabelled: bool) {
     let hub = RealHub::start().await;
     let old = PbsHost::start_kinds(
         &hub,
@@ -175,6 +189,18 @@ async fn a_lost_host_with_a_vm_and_a_container_comes_back_on_a_new_box() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     with_pbs(&mut state, host, &new_recipient, &password);
+    if relabelled {
+        let guests = state["guests"].as_array_mut().unwrap();
+        assert_eq!(guests[0]["guest_id"], ct.to_string());
+        assert_eq!(guests[1]["guest_id"], vm.to_string());
+        let (was_ct, was_vm) = (guests[0].clone(), guests[1].clone());
+        for (n, other) in [(0, &was_vm), (1, &was_ct)] {
+            guests[n]["kind"] = other["kind"].clone();
+            guests[n]["golden"] = other["golden"].clone();
+        }
+        assert_eq!(guests[0]["kind"], "qemu");
+        assert_eq!(guests[1]["kind"], "lxc");
+    }
     hub.put_desired(host, &state).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
@@ -199,8 +225,31 @@ async fn a_lost_host_with_a_vm_and_a_container_comes_back_on_a_new_box() {
         (ct_vmid, vm_vmid),
         "the archives' vmids were free"
     );
+    if relabelled {
+        // Passes after both run restore nothing more, as either kind.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
     let restores = agent_restores_of_any_kind(&new_sim);
     assert_eq!(restores.len(), 2, "{restores:?}");
+    // The new box's journal records each as its archive's kind, whatever the hub calls it.
+    for (vmid, kind) in [(ct_vmid, GuestKind::Lxc), (vm_vmid, GuestKind::Qemu)] {
+        let record = new_agent
+            .handles
+            .journal
+            .provenance(vmid)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.kind(), kind, "{vmid}");
+    }
+    assert!(
+        new_sim.vm_config(ct_vmid).is_none(),
+        "the container came back as a VM"
+    );
+    assert!(
+        new_sim.guest_config(vm_vmid).is_none(),
+        "the VM came back as a container"
+    );
     let newest = |vmid: u32| before[&vmid].iter().max().unwrap().clone();
     assert!(
         restores.contains(&(

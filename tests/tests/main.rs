@@ -107,6 +107,7 @@ mod agent_vm_jobs;
 mod agent_vm_local_api;
 mod agent_vm_provision;
 mod agent_vm_reconcile;
+mod agent_vm_restore_now_crash;
 mod agent_vm_restore_test;
 mod agent_vm_volumes;
 mod command_census;

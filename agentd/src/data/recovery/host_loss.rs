@@ -10,6 +10,14 @@
 //! verifies for it; notes that merely name a guest prove nothing, and archives of other keys
 //! are never looked at.
 //!
+//! A guest comes back as the kind its archive is, never as the kind desired state calls it:
+//! on this box no journal says what the guest was, and desired state is unsigned. The archive
+//! says it twice — its name (`ct/…`, `vzdump-lxc-…` or `vm/…`, `vzdump-qemu-…`) and the config
+//! inside it, both proven by [`ArchiveProver::check_unrecorded_as`] as that kind — and the
+//! restore takes the kind from the source's archive (`reconcile::apply`), so a hub that
+//! relabels a lost guest gets it back as what it was, and an archive is never restored as the
+//! other kind.
+//!
 //! Until K is back and the PBS storage reads, the host's desired guests wait: they are
 //! neither restored nor provisioned blank. Once PBS reads, a desired guest with no archive
 //! there is provisioned as new (it had never been backed up).
@@ -18,13 +26,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::{DesiredState, GuestKind, StorageType};
+use bosun_proto::desired::{DesiredState, StorageType};
 use bosun_pve::{ContentFilter, ContentItem, ContentType, Pve, VolumeId};
 use jiff::Timestamp;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::source::BackupSource;
+use crate::data::backup::content::archive_kind;
 use crate::data::backup::notes::guest_of_notes;
 use crate::data::backup::proof::ArchiveProver;
 use crate::data::backup::tiers::{Tier, TierPlan};
@@ -91,7 +100,7 @@ impl<P: Pve> HostLossSearch<P> {
         }
         match self.newest(&candidates).await {
             Ok(newest) => self.note(newest).await,
-            Err(reason) => waiting(candidates.iter().map(|(g, _)| *g), reason),
+            Err(reason) => waiting(candidates.iter().copied(), reason),
         }
     }
 
@@ -100,7 +109,7 @@ impl<P: Pve> HostLossSearch<P> {
         &self,
         desired: &DesiredState,
         gone: &BTreeSet<Uuid>,
-    ) -> Result<Vec<(Uuid, GuestKind)>, String> {
+    ) -> Result<Vec<Uuid>, String> {
         let known: BTreeSet<Uuid> = match self.journal.all_provenance().await {
             Ok(records) => records
                 .iter()
@@ -108,12 +117,13 @@ impl<P: Pve> HostLossSearch<P> {
                 .collect(),
             Err(e) => return Err(format!("the journal: {}", error_chain(&e))),
         };
-        // Containers and VMs alike; each archive is proven as its guest's kind (0118, 0121).
+        // Containers and VMs alike, whatever kind desired state gives them: each archive is
+        // proven as the kind it is (its name, then its config).
         Ok(desired
             .guests
             .iter()
-            .map(|g| (g.guest_id, g.kind))
-            .filter(|(g, _)| !known.contains(g) && !gone.contains(g))
+            .map(|g| g.guest_id)
+            .filter(|g| !known.contains(g) && !gone.contains(g))
             .collect())
     }
 
@@ -121,7 +131,7 @@ impl<P: Pve> HostLossSearch<P> {
     /// encrypted and whose binding verifies for it; or why the candidates wait.
     async fn newest(
         &self,
-        candidates: &[(Uuid, GuestKind)],
+        candidates: &[Uuid],
     ) -> Result<BTreeMap<Uuid, (u32, BackupSource)>, String> {
         let ring = match self.key.ring() {
             Ok(Some(ring)) => ring,
@@ -177,11 +187,12 @@ impl<P: Pve> HostLossSearch<P> {
     }
 
     /// Keeps `item` in `newest` when it is an archive of K's (or a retired key's) of a
-    /// candidate, newer than the one kept so far, and its binding verifies for the guest.
+    /// candidate, newer than the one kept so far, its binding verifies for the guest and it is,
+    /// by its name and by its config, a backup of the kind its name says.
     async fn consider(
         &self,
         ring: &PbsKeyring,
-        candidates: &[(Uuid, GuestKind)],
+        candidates: &[Uuid],
         tier: &Tier,
         item: ContentItem,
         newest: &mut BTreeMap<Uuid, (u32, BackupSource)>,
@@ -194,16 +205,21 @@ impl<P: Pve> HostLossSearch<P> {
         let Some(guest_id) = item.notes.as_deref().and_then(guest_of_notes) else {
             return;
         };
-        let Some(kind) = candidates
-            .iter()
-            .find(|(g, _)| *g == guest_id)
-            .map(|(_, kind)| *kind)
-        else {
-            return;
-        };
-        if !ours {
+        if !ours || !candidates.contains(&guest_id) {
             return;
         }
+        let guest = guest_id.to_string();
+        // The kind the archive's name says; proven below by the config inside it.
+        let Some(kind) = archive_kind(&item.volid) else {
+            self.prover
+                .reject(
+                    &guest,
+                    &item.volid,
+                    &crate::data::backup::content::ContentError::UnknownKind.into(),
+                )
+                .await;
+            return;
+        };
         let Ok(archive) = VolumeId::new(item.volid.clone()) else {
             return;
         };
@@ -223,7 +239,6 @@ impl<P: Pve> HostLossSearch<P> {
         {
             return;
         }
-        let guest = guest_id.to_string();
         let verified = match self.prover.check_unrecorded_as(&guest, kind, &item).await {
             Ok(verified) => verified,
             Err(reason) => {

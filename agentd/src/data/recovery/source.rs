@@ -37,6 +37,12 @@ pub struct BackupSource {
 }
 
 impl BackupSource {
+    /// The kind of guest the archive's name says it is a backup of (`ct/…`, `vzdump-lxc-…`:
+    /// a container; `vm/…`, `vzdump-qemu-…`: a VM); `None` for a name that says neither.
+    pub fn kind(&self) -> Option<GuestKind> {
+        crate::data::backup::content::archive_kind(self.archive.as_str())
+    }
+
     /// The volume Proxmox restores: the archive itself, or, for an archive of a retired key,
     /// the same archive on the restore-only storage that holds that key (a PVE storage has
     /// one key, and PBS refuses to read an archive with another).

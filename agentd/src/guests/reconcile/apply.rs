@@ -453,8 +453,14 @@ impl<P: PveQemu + 'static> Applier<P> {
         origin: Origin,
     ) -> Result<(), String> {
         let guest_id = spec.guest_id.to_string();
-        let spec = &super::lost_kind::as_recorded(&self.journal, spec, lost_vmid).await;
+        let spec = &super::lost_kind::kind_to_recover(&self.journal, spec, lost_vmid, known).await;
         let attempt = async {
+            let Some(spec) = spec else {
+                return Err(format!(
+                    "the archive found for the lost guest names no kind of guest: {}",
+                    known.map(|s| s.archive.to_string()).unwrap_or_default()
+                ));
+            };
             let source = match known {
                 Some(source) => source.clone(),
                 None => {

@@ -17,10 +17,14 @@ use super::config_cache::{self, ConfigCache};
 use super::observe::{Known, ObserveError, ObservedVm};
 use super::plan::{ObservedGuest, ObservedPower};
 
+/// The lock qemu-server holds on a VM's config while an archive is restored over it.
+const RESTORING: &str = "restore";
+
 /// The agent's own VMs on this node: every journaled guest no container holds is looked for
 /// in the node's VM listing (read once, only while there is such a guest). Each one found
 /// under its identity is held (never lost) and given; one whose config vanished between the
-/// listing and its read is `unsettled` (judged next pass).
+/// listing and its read, or that an archive is being restored over, is `unsettled` (judged
+/// next pass).
 pub(super) async fn own_vms<P: PveQemu>(
     pve: &P,
     known: &Known,
@@ -60,6 +64,21 @@ pub(super) async fn own_vms<P: PveQemu>(
             }
             Err(e) => return Err(ObserveError::Pve(e)),
         };
+        if !super::lookup::carries_identity(&entry.config, identity)
+            && entry.config.lock().as_deref() == Some(RESTORING)
+        {
+            // `qmrestore force=1` over the VM (a signed `restore-now`, decision 0123) empties
+            // its config to `lock: restore` until the archive's config, identity included, is
+            // written: judged again once it ends, never taken for lost while it runs.
+            tracing::info!(
+                vmid = vmid.get(),
+                %guest_id,
+                "the vm at a journaled vmid is being restored over; judged once the restore ends"
+            );
+            held.insert(vmid.get());
+            unsettled.insert(guest_id);
+            continue;
+        }
         if !super::lookup::carries_identity(&entry.config, identity) {
             tracing::warn!(
                 vmid = vmid.get(),

@@ -31,7 +31,7 @@ pub(super) struct Pins<'a> {
     pub(super) digest: &'a str,
     /// The identity tag this job writes.
     pub(super) identity: &'a str,
-    /// Whether a bootstrap is to be pushed (the container must run).
+    /// Whether a bootstrap is to be delivered (the guest must run).
     pub(super) bootstrap: bool,
 }
 
@@ -152,11 +152,14 @@ pub enum AdoptRefusal {
         /// `no pool`, or `pool 'x'` (escaped, cut).
         found: String,
     },
-    /// A bootstrap is asked for, but `pct push` needs a running container.
+    /// A bootstrap is asked for, but it can only be delivered into a running guest (`pct push`
+    /// into a container, the guest agent's `file-write` into a VM).
     #[error(
-        "not_running: CT {vmid} is not running, and its bootstrap can only be pushed into a running container"
+        "not_running: {label} {vmid} is not running, and its bootstrap can only be delivered into a running guest"
     )]
     NotRunning {
+        /// `CT` or `VM`.
+        label: &'static str,
         /// The vmid.
         vmid: u32,
     },
@@ -241,7 +244,7 @@ pub(super) fn judge(
         });
     }
     if pins.bootstrap && !seen.running {
-        return Err(AdoptRefusal::NotRunning { vmid });
+        return Err(AdoptRefusal::NotRunning { label, vmid });
     }
     Ok(Found::Fresh { tags })
 }
@@ -417,6 +420,31 @@ mod tests {
             code(judge(120, &nameless, &seen(true), &pins(false))),
             "hostname_mismatch"
         );
+    }
+
+    #[test]
+    fn a_vm_asked_for_a_bootstrap_must_run_in_bosuns_pool() {
+        let with = Pins {
+            bootstrap: true,
+            ..vm_pins()
+        };
+        let stopped = Seen {
+            running: false,
+            pool: Some("bosun".to_owned()),
+        };
+        let text = judge(120, &vm_config(json!({})), &stopped, &with)
+            .expect_err("refused")
+            .to_string();
+        assert!(text.starts_with("not_running: VM 120 "), "{text}");
+        // Outside the pool it is refused for that first, running or not.
+        let text = judge(120, &vm_config(json!({})), &in_pool("other"), &with)
+            .expect_err("refused")
+            .to_string();
+        assert!(text.starts_with("not_in_pool: "), "{text}");
+        assert!(matches!(
+            judge(120, &vm_config(json!({})), &in_pool("bosun"), &with),
+            Ok(Found::Fresh { .. })
+        ));
     }
 
     #[test]

@@ -10,6 +10,13 @@
 //!                                                  compare-and-set)                    store_token
 //! ```
 //!
+//! A VM's bootstrap goes through its guest agent (provisioning's own path,
+//! [`write_vm_bootstrap`]): before anything is written, the running VM's agent must answer
+//! within [`AGENT_WAIT`] (`agent_ping`, so a silent agent fails the job with the VM untouched and
+//! no row), and after the tag, `check_token`, `write_bootstrap` (`file-write` into the signed
+//! vmid alone, refused unless the journal records it as this guest and the VM carries this
+//! job's identity), `store_token`.
+//!
 //! A VM is adopted only once the operator has put it in pool `bosun` (the agent's token cannot:
 //! decision 0122); `adopt_check` reads its pool, and nothing here changes pool membership.
 //!
@@ -39,10 +46,15 @@ use super::family::{Claimed, JobFamily, NotAccepted};
 use super::kind::KindRow;
 use crate::guests::credentials::bootstrap::{BootstrapIssuer, IssueTarget, TokenPolicy};
 use crate::guests::queue::GuestKey;
+use crate::guests::reconcile::provision::{await_guest_agent, write_vm_bootstrap};
 use crate::ops::journal::{AdoptedAs, JournalError, identity_tag};
 use crate::ops::operation::{OpJournal, StepName};
 use crate::trust::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::trust::signing::VerifiedSigner;
+
+/// How long a VM's adoption with a bootstrap waits for its guest agent to answer: the VM runs
+/// already (`adopt_check`), so this is no first boot's wait, only a ping's.
+pub(super) const AGENT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What an `adopt` job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +219,14 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
         } else {
             AdoptedAs::WithoutBootstrap
         };
+        if self.job.kind == GuestKind::Qemu
+            && self.job.bootstrap.is_some()
+            && matches!(found, Found::Fresh { .. })
+            && let Err(e) = await_guest_agent(&*self.pve, &self.op, vmid, AGENT_WAIT).await
+        {
+            // Nothing is recorded nor written yet: the VM stays as the operator left it.
+            return Err(self.take_back(e.into()).await);
+        }
         if let Err(e) = self.record(adopted).await {
             return Err(self.take_back(e).await);
         }
@@ -222,9 +242,16 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
                     vmid,
                     customer: customer.clone(),
                 };
-                issuer
-                    .run(&self.op, &target, TokenPolicy::KeepExisting)
-                    .await?;
+                match self.job.kind {
+                    GuestKind::Lxc => {
+                        issuer
+                            .run(&self.op, &target, TokenPolicy::KeepExisting)
+                            .await?;
+                    }
+                    GuestKind::Qemu => {
+                        write_vm_bootstrap(&*self.pve, &self.op, issuer, &target).await?;
+                    }
+                }
                 true
             }
             _ => false,
@@ -291,7 +318,7 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
         let look = async {
             let (config, seen) = match self.job.kind {
                 GuestKind::Lxc => self.look_at_container(vmid, pins.bootstrap).await?,
-                GuestKind::Qemu => self.look_at_vm(vmid).await?,
+                GuestKind::Qemu => self.look_at_vm(vmid, pins.bootstrap).await?,
             };
             judge(vmid.get(), &config, &seen, &pins).map_err(CheckError::Refused)
         };
@@ -330,8 +357,13 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
         ))
     }
 
-    /// The VM at `vmid`: its config and the pool it is a member of (`/cluster/resources`).
-    async fn look_at_vm(&self, vmid: Vmid) -> Result<(CtConfig, Seen), CheckError> {
+    /// The VM at `vmid`: its config, the pool it is a member of (`/cluster/resources`), and
+    /// whether it runs when a bootstrap needs its guest agent.
+    async fn look_at_vm(
+        &self,
+        vmid: Vmid,
+        bootstrap: bool,
+    ) -> Result<(CtConfig, Seen), CheckError> {
         let config = match self.pve.vm_config(vmid).await {
             Err(e) if e.is_missing() => {
                 return Err(CheckError::Refused(AdoptRefusal::NoVm { vmid: vmid.get() }));
@@ -346,13 +378,13 @@ impl<P: Pve + PveQemu + 'static> Adoption<P> {
             .into_iter()
             .find(|g| g.vmid == u64::from(vmid.get()) && g.kind == GuestKind::Qemu.as_str())
             .and_then(|g| g.pool);
-        Ok((
-            config,
-            Seen {
-                running: false,
-                pool,
-            },
-        ))
+        let running = if bootstrap {
+            let status = self.pve.vm_status(vmid).await.map_err(CheckError::Pve)?;
+            status.status == GuestStatus::Running
+        } else {
+            false
+        };
+        Ok((config, Seen { running, pool }))
     }
 
     /// `record_adopted`: the journal's row, before the Proxmox call that writes the identity

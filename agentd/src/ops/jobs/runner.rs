@@ -18,7 +18,7 @@
 //! | `break-glass-enable` | `accepted`, `helper.open` | — (host door, not a guest action) |
 //! | `break-glass-disable` | `accepted`, `helper.close` | — |
 //! | `agent-update` | `accepted`, `download`, `stage` | — (the agent itself) |
-//! | `adopt` | `accepted`, `adopt_check`, `record_adopted`, `tag_identity`, with a bootstrap `check_token`, `push_bootstrap`, `store_token` | `AdoptGuest` |
+//! | `adopt` | `accepted`, `adopt_check`, (a VM with a bootstrap: `agent_ping`), `record_adopted`, `tag_identity`, with a bootstrap `check_token`, `push_bootstrap` (a VM: `write_bootstrap`), `store_token` | `AdoptGuest` |
 //! | `restore-bulk` | `accepted` (the journal's record of the archive), `restore_bulk` | `RestoreBulkVolume` |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])

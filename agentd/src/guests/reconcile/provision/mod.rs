@@ -61,7 +61,7 @@ mod vm_volumes;
 pub use dr_restore::Recovery;
 pub use vm::{VmBringup, VmProvisioner};
 /// A VM's rollback, shared with the restore tester's scratch VMs.
-pub(crate) use vm_steps::compensate_vm_with_retries;
+pub(crate) use vm_steps::{await_guest_agent, compensate_vm_with_retries, write_vm_bootstrap};
 
 use std::collections::BTreeSet;
 use std::fmt;

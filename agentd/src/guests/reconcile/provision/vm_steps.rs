@@ -12,7 +12,9 @@ use serde_json::json;
 
 use super::vm::{VM_USER, VmIdentity, VmProvisioner};
 use super::{ProvisionError, op_tag};
-use crate::guests::credentials::bootstrap::{BootstrapWriter, Delivery, IssueTarget, TokenPolicy};
+use crate::guests::credentials::bootstrap::{
+    BootstrapIssuer, BootstrapWriter, Delivery, IssueTarget, TokenPolicy,
+};
 use crate::guests::reconcile::lookup::has_tag;
 use crate::ops::journal::{JournalHandle, OpStatus};
 use crate::ops::operation::{OpJournal, OpKind, Origin, StepError, StepName};
@@ -166,48 +168,13 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
             return Ok(());
         };
         let pve = &*self.base.pve;
-        let wait = self.agent_wait;
-        op.local(
-            StepName::AgentPing,
-            json!({ "vmid": vmid.get(), "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX) }),
-            async {
-                let deadline = tokio::time::Instant::now() + wait;
-                loop {
-                    match pve.agent_ping(vmid).await {
-                        Ok(()) => return Ok(()),
-                        Err(e) if tokio::time::Instant::now() >= deadline => {
-                            return Err(format!(
-                                "the guest agent did not answer within {} s: {}",
-                                wait.as_secs(),
-                                error_chain(&e)
-                            ));
-                        }
-                        Err(_) => tokio::time::sleep(PING_EVERY).await,
-                    }
-                }
-            },
-        )
-        .await?;
-        let writer = OwnVm {
-            pve,
-            journal: op.journal(),
-            vmid,
-            guest_id: spec.guest_id.to_string(),
-        };
+        await_guest_agent(pve, op, vmid, self.agent_wait).await?;
         let target = IssueTarget {
             guest_id: spec.guest_id,
             vmid,
             customer: spec.customer.clone(),
         };
-        issuer
-            .run_via(
-                op,
-                &target,
-                TokenPolicy::KeepExisting,
-                Delivery::GuestAgent(&writer),
-            )
-            .await
-            .map(|_| ())
+        write_vm_bootstrap(pve, op, issuer, &target).await
     }
 
     /// A running VM's bootstrap delivered on a later pass, in its own `deliver_bootstrap`
@@ -235,6 +202,65 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
             source,
         })
     }
+}
+
+/// `agent_ping`: waits at most `wait` for the guest agent of VM `vmid` to answer, as a step of
+/// `op`; a silence past it fails the step, naming the VM and the wait.
+pub(crate) async fn await_guest_agent<Q: PveQemu>(
+    pve: &Q,
+    op: &OpJournal,
+    vmid: Vmid,
+    wait: Duration,
+) -> Result<(), StepError> {
+    op.local(
+        StepName::AgentPing,
+        json!({ "vmid": vmid.get(), "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX) }),
+        async {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                match pve.agent_ping(vmid).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) if tokio::time::Instant::now() >= deadline => {
+                        return Err(format!(
+                            "the guest agent of vm {vmid} did not answer within {} s: {}",
+                            wait.as_secs(),
+                            error_chain(&e)
+                        ));
+                    }
+                    Err(_) => tokio::time::sleep(PING_EVERY.min(wait)).await,
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// The bootstrap of `target` issued (the token kept when the journal holds one) and written
+/// through the guest agent's `file-write` into `target.vmid` alone, as steps of `op`: each
+/// write is refused unless the journal records that vmid as `target.guest_id` (no scratch)
+/// and the VM carries the identity the journal wrote. Provisioning, a later pass and the
+/// `adopt` job of a VM deliver a VM's bootstrap through this one path.
+pub(crate) async fn write_vm_bootstrap<Q: PveQemu>(
+    pve: &Q,
+    op: &OpJournal,
+    issuer: &BootstrapIssuer,
+    target: &IssueTarget,
+) -> Result<(), StepError> {
+    let writer = OwnVm {
+        pve,
+        journal: op.journal(),
+        vmid: target.vmid,
+        guest_id: target.guest_id.to_string(),
+    };
+    issuer
+        .run_via(
+            op,
+            target,
+            TokenPolicy::KeepExisting,
+            Delivery::GuestAgent(&writer),
+        )
+        .await
+        .map(|_| ())
 }
 
 /// Writes into one VM: the one an operation of this agent created for `guest_id`, judged
