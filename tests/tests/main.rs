@@ -106,6 +106,7 @@ mod agent_vm_jobs;
 mod agent_vm_provision;
 mod agent_vm_reconcile;
 mod agent_vm_restore_test;
+mod agent_vm_shares;
 mod command_census;
 mod demo_scenario;
 mod fleet_rollout;

@@ -3,7 +3,9 @@
 //! the agent's own, read from its config, compared with what
 //! [`bosun_proto::share::resolve`] gives for its class within the signed plan's bounds, and
 //! corrected when they differ (drift: someone changed them by hand, or a restore brought the
-//! archive's back).
+//! archive's back). A container's network rate is written in its own step
+//! ([`set_net_rate`]); a VM's devices in its `set_spec` write ([`vm_rated_devices`], decision
+//! 0125).
 //!
 //! Proxmox reads an absent `cpuunits` as its default weight (100 on cgroup v2) and an absent
 //! or zero `cpulimit` or `rate` as no limit, and so does the agent: a guest at the defaults
