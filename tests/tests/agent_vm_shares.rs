@@ -105,7 +105,8 @@ async fn a_vms_name_share_and_order_are_kept_and_a_hostile_hub_gets_the_plans_bo
     let mac = vm_mac(&sim, vmid).expect("the vm's mac");
 
     // The class and the order reach the VM's config, as Proxmox stores them.
-    let shop = json!({ "cpu_weight": 300, "cpu_limit_millicores": 1500, "net_rate_mbytes_per_s": 10 });
+    let shop =
+        json!({ "cpu_weight": 300, "cpu_limit_millicores": 1500, "net_rate_mbytes_per_s": 10 });
     let desired = classed(&stack, shop);
     stack.put_desired(desired).await;
     until_held(
@@ -121,7 +122,11 @@ async fn a_vms_name_share_and_order_are_kept_and_a_hostile_hub_gets_the_plans_bo
     assert_eq!(part(&net0, "firewall"), Some("1"), "{net0}");
     let typed = root_client(&sim).vm_config(id).await.unwrap();
     assert_eq!(typed.get_u64("cpuunits"), Some(300), "a number");
-    assert_eq!(typed.get_str("cpulimit").as_deref(), Some("1.5"), "a string");
+    assert_eq!(
+        typed.get_str("cpulimit").as_deref(),
+        Some("1.5"),
+        "a string"
+    );
 
     // Behind the agent's back, as root: renamed, weighted up, unlimited, its rate taken off and
     // moved to the front of the node's start order. Each is corrected, the MAC kept.
@@ -175,7 +180,8 @@ async fn a_vms_name_share_and_order_are_kept_and_a_hostile_hub_gets_the_plans_bo
     assert_eq!(part(&net0, "firewall"), Some("1"), "{net0}");
 
     // The hub moves the guest to a tighter class within the bounds: the VM follows.
-    let tighter = json!({ "cpu_weight": 50, "cpu_limit_millicores": 500, "net_rate_mbytes_per_s": 20 });
+    let tighter =
+        json!({ "cpu_weight": 50, "cpu_limit_millicores": 500, "net_rate_mbytes_per_s": 20 });
     let desired = classed(&stack, tighter);
     stack.put_desired(desired).await;
     until_held(
@@ -198,8 +204,7 @@ async fn a_vms_name_share_and_order_are_kept_and_a_hostile_hub_gets_the_plans_bo
         ["vm-shop", "400", "4", "200"],
     )
     .await;
-    let starve =
-        json!({ "cpu_weight": 1, "cpu_limit_millicores": 10, "net_rate_mbytes_per_s": 1 });
+    let starve = json!({ "cpu_weight": 1, "cpu_limit_millicores": 10, "net_rate_mbytes_per_s": 1 });
     let desired = classed(&stack, starve);
     stack.hub.put_desired_unplanned(host, &desired).await;
     until_held(

@@ -201,7 +201,10 @@ fn a_vms_share_and_order_are_sent_in_pves_forms_within_the_qemu_schemas_ranges()
             "virtio=BC:24:11:5E:A1:08,bridge=vmbr0,firewall=1,rate=12.5",
         ),
     ] {
-        assert!(p.contains(&(want.0.into(), want.1.into())), "{want:?} in {p:?}");
+        assert!(
+            p.contains(&(want.0.into(), want.1.into())),
+            "{want:?} in {p:?}"
+        );
     }
     // The qemu schema's ranges, narrower than a container's: weight 1..=262144, limit
     // 0..=128 cores (8.4 and 9.1 alike).
@@ -226,7 +229,13 @@ fn a_vms_share_and_order_are_sent_in_pves_forms_within_the_qemu_schemas_ranges()
     ] {
         let error = bad.push_params(op, &mut Params::new()).unwrap_err();
         assert!(
-            matches!(error, PveError::InvalidRequest { field: "cpuunits" | "cpulimit", .. }),
+            matches!(
+                error,
+                PveError::InvalidRequest {
+                    field: "cpuunits" | "cpulimit",
+                    ..
+                }
+            ),
             "{bad:?}: {error:?}"
         );
     }

@@ -943,8 +943,16 @@ async fn a_vms_share_and_order_are_checked_as_the_qemu_schema_types_them_and_giv
     assert_eq!(d["cpulimit"], "0.5", "a number option stays a string");
     assert_eq!(d["startup"], "order=2,up=0,down=60");
     assert_eq!(d["name"], "vm-renamed");
-    assert_eq!(d["net0"], device.as_str(), "the device as sent, its MAC kept");
-    assert_eq!(sim.handle.vm_running(340), Some(true), "applied to a running vm");
+    assert_eq!(
+        d["net0"],
+        device.as_str(),
+        "the device as sent, its MAC kept"
+    );
+    assert_eq!(
+        sim.handle.vm_running(340),
+        Some(true),
+        "applied to a running vm"
+    );
     for (key, value) in [
         ("cpuunits", "0"),
         ("cpuunits", "262145"),
