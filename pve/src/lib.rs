@@ -90,8 +90,8 @@ pub use qemu_model::{
 };
 pub use qemu_requests::{
     AgentExec, AgentFileWrite, EXEC_MAX_ARG_LEN, EXEC_MAX_ARGS, EXEC_MAX_INPUT, FILE_READ_MAX,
-    FILE_WRITE_MAX, GUEST_PATH_MAX, IpConfig, PoolId, VmConfigUpdate, VmNet, VmOptions,
-    VmRestoreRequest,
+    FILE_WRITE_MAX, GUEST_PATH_MAX, IpConfig, PoolId, VM_CPULIMIT_MAX, VM_CPUUNITS_RANGE,
+    VmConfigUpdate, VmNet, VmOptions, VmRestoreRequest,
 };
 pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, NewMountPoint,

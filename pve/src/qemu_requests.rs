@@ -33,6 +33,14 @@ pub const EXEC_MAX_INPUT: usize = 65_536;
 /// The longest path inside a guest the agent names.
 pub const GUEST_PATH_MAX: usize = 4096;
 
+/// A VM's CPU weight range (`cpuunits`, 1..=262144 in the 8.4 and 9.1 schemas alike; cgroup v2
+/// clamps it to 1..=10000). A container's is wider (0..=500000).
+pub const VM_CPUUNITS_RANGE: (u32, u32) = (1, 262_144);
+
+/// The most cores a VM's CPU time limit (`cpulimit`, a `number`) may name: 128 in the 8.4 and
+/// 9.1 schemas alike, where a container's goes to 8192. 0 is no limit.
+pub const VM_CPULIMIT_MAX: Thousandths = Thousandths::whole(128);
+
 fn invalid(op: Op, field: &'static str) -> impl FnOnce(ValueError) -> PveError {
     move |source| PveError::InvalidRequest { op, field, source }
 }
@@ -92,7 +100,8 @@ pub struct VmNet {
     pub firewall: Option<bool>,
     /// Keep the link down (a restore test's scratch VM).
     pub link_down: Option<bool>,
-    /// Rate limit in MB/s.
+    /// Rate limit in MB/s (the schema's `number`, at least 0, no ceiling; 0 or absent is no
+    /// limit).
     pub rate: Option<Thousandths>,
     /// VLAN tag (1..=4094).
     pub tag: Option<u16>,
@@ -243,6 +252,13 @@ pub struct VmOptions {
     pub cores: Option<u32>,
     /// Memory in MiB (at least 16).
     pub memory: Option<u64>,
+    // The VM's share and place in the node's order (decisions 0099, 0100, 0125).
+    /// CPU weight (`cpuunits`, [`VM_CPUUNITS_RANGE`]).
+    pub cpuunits: Option<u32>,
+    /// CPU time limit in cores (`cpulimit`, 0..=[`VM_CPULIMIT_MAX`]; 0 is no limit).
+    pub cpulimit: Option<Thousandths>,
+    /// Where the VM comes in the node's start at boot and stop at shutdown (`startup`).
+    pub startup: Option<super::startup::StartupOrder>,
     /// Network devices by index (`net0`…`net31`).
     pub net: BTreeMap<u8, VmNet>,
     /// Cloud-init interface configurations by index (`ipconfig0`…`ipconfig31`).
@@ -298,6 +314,7 @@ impl VmOptions {
             }
             out.push(("memory".into(), memory.to_string()));
         }
+        self.push_share(op, out)?;
         for (i, net) in &self.net {
             if *i > 31 {
                 return Err(invalid(op, "net")(ValueError::new(
@@ -373,6 +390,35 @@ impl VmOptions {
                 check_tag(tag).map_err(invalid(op, "tags"))?;
             }
             out.push(("tags".into(), self.tags.join(";")));
+        }
+        Ok(())
+    }
+
+    /// `cpuunits`, `cpulimit` and `startup`, each held to the qemu config schema's range.
+    fn push_share(&self, op: Op, out: &mut Params) -> Result<(), PveError> {
+        if let Some(units) = self.cpuunits {
+            let (min, max) = VM_CPUUNITS_RANGE;
+            if !(min..=max).contains(&units) {
+                return Err(invalid(op, "cpuunits")(ValueError::new(
+                    "cpuunits",
+                    units.to_string(),
+                    "must be 1..=262144 for a VM",
+                )));
+            }
+            out.push(("cpuunits".into(), units.to_string()));
+        }
+        if let Some(limit) = self.cpulimit {
+            if limit > VM_CPULIMIT_MAX {
+                return Err(invalid(op, "cpulimit")(ValueError::new(
+                    "cpulimit",
+                    limit.to_string(),
+                    "must be 0..=128 for a VM",
+                )));
+            }
+            out.push(("cpulimit".into(), limit.to_string()));
+        }
+        if let Some(startup) = self.startup {
+            out.push(("startup".into(), startup.to_string()));
         }
         Ok(())
     }

@@ -109,6 +109,7 @@ mod agent_vm_provision;
 mod agent_vm_reconcile;
 mod agent_vm_restore_now_crash;
 mod agent_vm_restore_test;
+mod agent_vm_shares;
 mod agent_vm_volumes;
 mod command_census;
 mod demo_scenario;

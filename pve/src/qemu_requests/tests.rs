@@ -171,3 +171,72 @@ fn a_fresh_smbios_uuid_is_sent_as_smbios1() {
         )]
     );
 }
+
+#[test]
+fn a_vms_share_and_order_are_sent_in_pves_forms_within_the_qemu_schemas_ranges() {
+    let op = Op::UpdateVmConfig;
+    let mut net = VmNet::new("vmbr0");
+    net.macaddr = Some("BC:24:11:5E:A1:08".into());
+    net.firewall = Some(true);
+    net.rate = Some(Thousandths(12_500));
+    let options = VmOptions {
+        cpuunits: Some(250),
+        cpulimit: Some(Thousandths(1_500)),
+        startup: Some(crate::StartupOrder {
+            order: 2,
+            up: Some(0),
+            down: Some(60),
+        }),
+        net: [(0, net)].into_iter().collect(),
+        ..VmOptions::default()
+    };
+    let mut p = Params::new();
+    options.push_params(op, &mut p).expect("valid");
+    for want in [
+        ("cpuunits", "250"),
+        ("cpulimit", "1.5"),
+        ("startup", "order=2,up=0,down=60"),
+        (
+            "net0",
+            "virtio=BC:24:11:5E:A1:08,bridge=vmbr0,firewall=1,rate=12.5",
+        ),
+    ] {
+        assert!(
+            p.contains(&(want.0.into(), want.1.into())),
+            "{want:?} in {p:?}"
+        );
+    }
+    // The qemu schema's ranges, narrower than a container's: weight 1..=262144, limit
+    // 0..=128 cores (8.4 and 9.1 alike).
+    let with = |cpuunits, cpulimit| VmOptions {
+        cpuunits,
+        cpulimit,
+        ..VmOptions::default()
+    };
+    for ok in [
+        with(Some(1), None),
+        with(Some(262_144), None),
+        with(None, Some(Thousandths(0))),
+        with(None, Some(VM_CPULIMIT_MAX)),
+    ] {
+        assert!(ok.push_params(op, &mut Params::new()).is_ok(), "{ok:?}");
+    }
+    for bad in [
+        with(Some(0), None),
+        with(Some(262_145), None),
+        with(None, Some(Thousandths(128_001))),
+        with(None, Some(Thousandths::whole(8192))),
+    ] {
+        let error = bad.push_params(op, &mut Params::new()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                PveError::InvalidRequest {
+                    field: "cpuunits" | "cpulimit",
+                    ..
+                }
+            ),
+            "{bad:?}: {error:?}"
+        );
+    }
+}

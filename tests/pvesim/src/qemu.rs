@@ -288,6 +288,7 @@ pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
 /// Integer options `GET …/config` gives as numbers (everything else stays a string).
 const NUMERIC_KEYS: &[&str] = &[
     "cores",
+    "cpuunits",
     "sockets",
     "onboot",
     "template",

@@ -3,7 +3,7 @@
 
 use crate::api::{Ctx, HandlerResult};
 use crate::routes::{DIGEST, Handler, NODE, Perm, RouteSpec, SNAPNAME, VMID, route, vm};
-use crate::schema::{BOOL, ParamKind, ParamSpec, STR, UINT, opt, opt_requires, req};
+use crate::schema::{BOOL, ParamKind, ParamSpec, QEMU_NET, STR, UINT, opt, opt_requires, req};
 
 /// Which QEMU handler serves a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,22 @@ static VM_CONFIG: &[ParamSpec] = &[
         },
     ),
     opt("memory", STR),
-    opt("net[n]", STR),
+    opt(
+        "cpuunits",
+        ParamKind::Int {
+            min: Some(1),
+            max: Some(262_144),
+        },
+    ),
+    opt(
+        "cpulimit",
+        ParamKind::Number {
+            min: Some(0.0),
+            max: Some(128.0),
+        },
+    ),
+    opt("startup", ParamKind::StartupOrder),
+    opt("net[n]", ParamKind::PropString(&QEMU_NET)),
     opt("ipconfig[n]", STR),
     opt("ciuser", STR),
     opt("sshkeys", STR),

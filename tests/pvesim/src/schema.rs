@@ -199,6 +199,108 @@ pub(crate) static NET: PropSpec = PropSpec {
         ),
     ],
 };
+/// The NIC models of a VM's `netN` (qemu-server's `$nic_model_list`, the same in 8.4 and 9.1):
+/// each is also a key whose value is the device's MAC (`virtio=BC:24:11:…`).
+pub(crate) const NIC_MODELS: &[&str] = &[
+    "e1000",
+    "e1000-82540em",
+    "e1000-82544gc",
+    "e1000-82545em",
+    "e1000e",
+    "i82551",
+    "i82557b",
+    "i82559er",
+    "ne2k_isa",
+    "ne2k_pci",
+    "pcnet",
+    "rtl8139",
+    "virtio",
+    "vmxnet3",
+];
+/// `mac-addr`: a unicast MAC (the I/G bit clear).
+const MAC: ParamKind = ParamKind::Str {
+    max_len: None,
+    pattern: Some("(?i)[0-9a-f][02468ace](?::[0-9a-f]{2}){5}"),
+};
+/// A VM's network device (`net[n]` of the qemu config schema): a model (the default key, or a
+/// model named as a key with the MAC as its value), the bridge and the device's settings.
+pub(crate) static QEMU_NET: PropSpec = PropSpec {
+    keys: &[
+        "bridge",
+        "e1000",
+        "e1000-82540em",
+        "e1000-82544gc",
+        "e1000-82545em",
+        "e1000e",
+        "firewall",
+        "i82551",
+        "i82557b",
+        "i82559er",
+        "link_down",
+        "macaddr",
+        "model",
+        "mtu",
+        "ne2k_isa",
+        "ne2k_pci",
+        "pcnet",
+        "queues",
+        "rate",
+        "rtl8139",
+        "tag",
+        "trunks",
+        "virtio",
+        "vmxnet3",
+    ],
+    default_key: Some("model"),
+    bool_keys: &["firewall", "link_down"],
+    // Unlike a container's, a VM's `rate` has a minimum of 0 in the schema (still no maximum).
+    typed_keys: &[
+        ("model", ParamKind::Enum(NIC_MODELS)),
+        ("macaddr", MAC),
+        ("e1000", MAC),
+        ("e1000-82540em", MAC),
+        ("e1000-82544gc", MAC),
+        ("e1000-82545em", MAC),
+        ("e1000e", MAC),
+        ("i82551", MAC),
+        ("i82557b", MAC),
+        ("i82559er", MAC),
+        ("ne2k_isa", MAC),
+        ("ne2k_pci", MAC),
+        ("pcnet", MAC),
+        ("rtl8139", MAC),
+        ("virtio", MAC),
+        ("vmxnet3", MAC),
+        (
+            "mtu",
+            ParamKind::Int {
+                min: Some(1),
+                max: Some(65520),
+            },
+        ),
+        (
+            "queues",
+            ParamKind::Int {
+                min: Some(0),
+                max: Some(64),
+            },
+        ),
+        (
+            "rate",
+            ParamKind::Number {
+                min: Some(0.0),
+                max: None,
+            },
+        ),
+        (
+            "tag",
+            ParamKind::Int {
+                min: Some(1),
+                max: Some(4094),
+            },
+        ),
+    ],
+};
 pub(crate) static ROOTFS: PropSpec = PropSpec {
     keys: &[
         "acl",

@@ -903,3 +903,92 @@ async fn files_written_and_removed_inside_a_vm_are_what_its_agent_then_sees() {
     );
     sim.handle.shutdown().await;
 }
+
+/// A VM's share and order as qemu-server takes them: `cpuunits` 1..=262144 (an integer, given
+/// back as a number), `cpulimit` 0..=128 cores (a `number`, given back as the string sent),
+/// `startup` in `pve-startup-order`, and a `netN`'s `rate=` (a `number` of at least 0) kept
+/// inside the device as sent, its MAC kept. The container's ranges are wider (0..=500000 and
+/// 0..=8192): what a container takes, a VM may refuse.
+#[tokio::test]
+async fn a_vms_share_and_order_are_checked_as_the_qemu_schema_types_them_and_given_back() {
+    let sim = start().await;
+    restore_vm(&sim, &sim.root(), 340, "").await;
+    start_vm(&sim, 340).await;
+    let path = "/nodes/pve/qemu/340/config";
+    let before = sim.handle.vm_config(340).unwrap()["net0"].clone();
+    let mac = before
+        .split(',')
+        .find_map(|p| p.strip_prefix("virtio="))
+        .expect("a mac")
+        .to_owned();
+    let device = format!("virtio={mac},bridge=vmbr0,firewall=1,rate=12.5");
+    let r = sim
+        .call_as(
+            &sim.root(),
+            "PUT",
+            path,
+            &[
+                ("cpuunits", "250"),
+                ("cpulimit", "0.5"),
+                ("startup", "order=2,up=0,down=60"),
+                ("name", "vm-renamed"),
+                ("net0", &device),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let d = sim.call_as(&sim.root(), "GET", path, &[]).await;
+    let d = d.data();
+    assert_eq!(d["cpuunits"], 250, "an integer option is a number");
+    assert_eq!(d["cpulimit"], "0.5", "a number option stays a string");
+    assert_eq!(d["startup"], "order=2,up=0,down=60");
+    assert_eq!(d["name"], "vm-renamed");
+    assert_eq!(
+        d["net0"],
+        device.as_str(),
+        "the device as sent, its MAC kept"
+    );
+    assert_eq!(
+        sim.handle.vm_running(340),
+        Some(true),
+        "applied to a running vm"
+    );
+    for (key, value) in [
+        ("cpuunits", "0"),
+        ("cpuunits", "262145"),
+        ("cpulimit", "128.5"),
+        ("cpulimit", "8192"),
+        ("cpulimit", "-1"),
+        ("cpulimit", "one"),
+        ("startup", "sideways=1"),
+        ("startup", "order=x"),
+        ("name", "not_a_dns_name"),
+        ("net0", "virtio,bridge=vmbr0,rate=-1"),
+        ("net0", "virtio,bridge=vmbr0,rate=fast"),
+        ("net0", "virtio,bridge=vmbr0,tag=4095"),
+        ("net0", "virtio,bridge=vmbr0,speed=10"),
+        ("net0", "tulip,bridge=vmbr0"),
+        ("net0", "virtio=01:24:11:00:00:01,bridge=vmbr0"),
+        ("net0", "virtio,bridge=vmbr0,firewall=maybe"),
+    ] {
+        let r = sim.call_as(&sim.root(), "PUT", path, &[(key, value)]).await;
+        assert_eq!(r.status, 400, "{key}={value}: {r:?}");
+        assert!(!r.error(key).is_empty(), "{key}={value}: {r:?}");
+    }
+    // The bounds themselves, and a rate of 0 (no limit), are taken.
+    for (key, value) in [
+        ("cpuunits", "1"),
+        ("cpuunits", "262144"),
+        ("cpulimit", "128"),
+        ("cpulimit", "0"),
+        ("net0", "virtio,bridge=vmbr0,rate=0"),
+    ] {
+        let r = sim.call_as(&sim.root(), "PUT", path, &[(key, value)]).await;
+        assert_eq!(r.status, 200, "{key}={value}: {r:?}");
+    }
+    // Unchanged by every refusal: the last accepted values hold.
+    let conf = sim.handle.vm_config(340).unwrap();
+    assert_eq!(conf["cpulimit"], "0");
+    assert_eq!(conf["startup"], "order=2,up=0,down=60");
+    sim.handle.shutdown().await;
+}

@@ -6,8 +6,8 @@
 
 use bosun_pve::{
     AgentExec, AgentFileWrite, DiskSize, FirewallUpdate, FreezeStatus, GuestStatus, IpConfig, Op,
-    PoolId, Pve, PveQemu, SizeUnit, SnapName, VmConfigUpdate, VmDisk, VmNet, VmOptions,
-    VmRestoreRequest, VolumeId,
+    PoolId, Pve, PveQemu, SizeUnit, SnapName, StartupOrder, Thousandths, VmConfigUpdate, VmDisk,
+    VmNet, VmOptions, VmRestoreRequest, VolumeId,
 };
 
 use super::{Rig, local_lvm, vmid};
@@ -20,10 +20,18 @@ pub async fn exercise_qemu(rig: &Rig) {
     req.pool = Some(PoolId::new(bosun_pve::BOSUN_POOL).expect("valid"));
     let mut net = VmNet::new("vmbr0");
     net.firewall = Some(true);
+    net.rate = Some(Thousandths(12_500));
     req.options = VmOptions {
         name: Some("vm1.example.com".into()),
         cores: Some(2),
         memory: Some(2048),
+        cpuunits: Some(250),
+        cpulimit: Some(Thousandths(1_500)),
+        startup: Some(StartupOrder {
+            order: 1,
+            up: Some(0),
+            down: Some(60),
+        }),
         ciuser: Some("bosun".into()),
         sshkeys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBosunTestKey operator@example".into()],
         agent: Some(true),
@@ -56,6 +64,18 @@ pub async fn exercise_qemu(rig: &Rig) {
     assert!(vms.iter().any(|v| v.vmid == id), "{vms:?}");
     let config = c.vm_config(id).await.expect("vm config");
     assert_eq!(config.get_str("ciuser").as_deref(), Some("bosun"));
+    assert_eq!(config.get_u64("cpuunits"), Some(250));
+    assert_eq!(config.get_str("cpulimit").as_deref(), Some("1.5"));
+    assert_eq!(
+        config.get_str("startup").as_deref(),
+        Some("order=1,up=0,down=60")
+    );
+    assert!(
+        config
+            .get_str("net0")
+            .is_some_and(|n| n.ends_with(",firewall=1,rate=12.5")),
+        "{config:?}"
+    );
     assert_eq!(
         config.get_str("smbios1").as_deref(),
         Some("uuid=00000000-0000-0000-0000-00005eed0001")
@@ -70,9 +90,11 @@ pub async fn exercise_qemu(rig: &Rig) {
     let update = VmConfigUpdate {
         set: VmOptions {
             memory: Some(4096),
+            cpuunits: Some(1),
+            cpulimit: Some(bosun_pve::VM_CPULIMIT_MAX),
             ..VmOptions::default()
         },
-        delete: vec!["description".into()],
+        delete: vec!["description".into(), "startup".into()],
         digest: Some(config.digest.clone()),
     };
     c.update_vm_config(id, &update)

@@ -1,7 +1,9 @@
 //! What the applier sends for a VM of the agent's own (decision 0117): the VM counterparts of
 //! a container's calls, journaled the same way, under the same operation kinds.
 //!
-//! - cores and memory: `PUT …/qemu/{vmid}/config` (`set_spec`);
+//! - name, cores, memory, share and `startup`: one `PUT …/qemu/{vmid}/config` (`set_spec`;
+//!   `cpuunits`, `cpulimit` set or deleted, and for a new network rate every `netN` read first
+//!   and written back whole with its MAC, under the digest read, decision 0125);
 //! - the root disk: its config read, then `PUT …/qemu/{vmid}/resize` to the size desired, with
 //!   the digest read (`resize_vm_disk`); never sent when the disk is as large already or its
 //!   size cannot be read, so a shrink never reaches Proxmox;
@@ -27,26 +29,48 @@ pub(super) async fn vm_action<P: PveQemu>(
 ) -> Result<(), StepError> {
     match action {
         Action::SetSpec {
-            cores, memory_mib, ..
+            hostname,
+            cores,
+            memory_mib,
+            share,
+            startup,
+            ..
         } => {
-            let set = VmOptions {
-                cores: cores.map(u32::from),
-                memory: memory_mib.map(u64::from),
-                ..VmOptions::default()
+            let mut update = VmConfigUpdate {
+                set: VmOptions {
+                    name: hostname.clone(),
+                    cores: cores.map(u32::from),
+                    memory: memory_mib.map(u64::from),
+                    startup: *startup,
+                    ..VmOptions::default()
+                },
+                ..VmConfigUpdate::default()
             };
-            if set.is_empty() {
+            if let Some(share) = share {
+                super::share::put_vm_cpu(share, &mut update);
+            }
+            if let Some(rate) = share.and_then(|s| s.net_rate) {
+                rate_devices(pve, op, vmid, rate, &mut update).await?;
+            }
+            if update.set.is_empty() && update.delete.is_empty() {
                 return Ok(());
             }
+            let rate = update.set.net.values().next().map(|n| n.rate);
             op.call(
                 StepName::SetSpec,
-                json!({ "vmid": vmid.get(), "cores": cores, "memory_mib": memory_mib }),
-                pve.update_vm_config(
-                    vmid,
-                    &VmConfigUpdate {
-                        set,
-                        ..VmConfigUpdate::default()
-                    },
-                ),
+                json!({
+                    "vmid": vmid.get(),
+                    "name": hostname,
+                    "cores": cores,
+                    "memory_mib": memory_mib,
+                    "startup": startup.map(|s| s.to_string()),
+                    "cpu_weight": update.set.cpuunits,
+                    "cpu_limit": update.set.cpulimit.map(|t| t.to_string()),
+                    "delete": update.delete,
+                    "interfaces": update.set.net.keys().map(|i| format!("net{i}")).collect::<Vec<_>>(),
+                    "rate_mbytes_per_s": rate.flatten().map(|t| t.to_string()),
+                }),
+                pve.update_vm_config(vmid, &update),
             )
             .await
         }
@@ -90,6 +114,33 @@ pub(super) async fn vm_action<P: PveQemu>(
             Ok(())
         }
     }
+}
+
+/// Puts `rate` on every network device of VM `vmid` that lacks it into `update`: the config
+/// read first, each device written back whole with its MAC, bridge, firewall and link state as
+/// read, under the config's digest so a change made meanwhile is never overwritten.
+async fn rate_devices<P: PveQemu>(
+    pve: &P,
+    op: &OpJournal,
+    vmid: Vmid,
+    rate: super::share::Limit,
+    update: &mut VmConfigUpdate,
+) -> Result<(), StepError> {
+    let config = op
+        .call(
+            StepName::ReadConfig,
+            json!({ "vmid": vmid.get() }),
+            pve.vm_config(vmid),
+        )
+        .await?;
+    update.set.net =
+        super::share::vm_rated_devices(&config, rate).map_err(|source| StepError::Failed {
+            op_id: op.op_id(),
+            step: StepName::SetSpec.as_str().into(),
+            source: Box::new(source),
+        })?;
+    update.digest = Some(config.digest.clone());
+    Ok(())
 }
 
 /// Grows the VM's root disk to `to_gib`, read from its config first: a disk that is as large

@@ -116,7 +116,7 @@ pub(super) async fn own_vms<P: PveQemu>(
                 unguarded: !locked
                     && firewall.is_some_and(|f| super::vm_guard::vm_needs_guard(config, f)),
                 addresses: super::vm_guard::vm_addresses(config),
-                share: super::share::ObservedShare::default(),
+                share: super::share::observed(config),
                 startup: config.get_str("startup"),
             },
         });

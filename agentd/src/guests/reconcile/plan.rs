@@ -96,8 +96,9 @@ pub struct Facts {
     /// Guests a signed decommission destroyed: never provisioned again.
     pub gone: BTreeSet<Uuid>,
     /// The agent's own VMs on the node, as observed (decision 0114): never provisioned again,
-    /// planned like a container otherwise (power, cores and memory, root disk, network guard,
-    /// bootstrap), and orphaned when desired state drops them (decision 0117).
+    /// planned like a container otherwise (power, name, cores and memory, share, `startup`, root
+    /// disk, network guard, bootstrap), and orphaned when desired state drops them (decisions
+    /// 0117, 0125).
     pub vms: BTreeMap<Uuid, ObservedGuest>,
     /// Guests this agent created that another node of the cluster holds now, with their vmid
     /// and that node: never provisioned or recovered here.
@@ -580,9 +581,10 @@ fn placeable(desired: &DesiredState, spec: &GuestSpec, hot: &HotPlaces, out: &mu
     placeable
 }
 
-/// The actions that move an existing guest of `kind` to `spec`. A VM's cores, memory, root
-/// disk, guard and power are planned as a container's; its name, share and `startup` are
-/// not yet (decision 0117).
+/// The actions that move an existing guest of `kind` to `spec`. A VM is planned as a
+/// container is (decisions 0117, 0125): its name (the guest's hostname), cores, memory, share,
+/// `startup`, root disk, guard and power; its CPU limit held to what Proxmox takes for a VM
+/// ([`super::share::for_vm`]).
 fn plan_existing(
     spec: &GuestSpec,
     share: &Share,
@@ -595,14 +597,16 @@ fn plan_existing(
     let guest_id = spec.guest_id;
     let vmid = o.vmid;
     let want = spec.resources;
-    let container = kind == GuestKind::Lxc;
-    let hostname = (container && o.hostname.as_deref() != Some(spec.hostname.as_str()))
-        .then(|| spec.hostname.clone());
+    let hostname =
+        (o.hostname.as_deref() != Some(spec.hostname.as_str())).then(|| spec.hostname.clone());
     let cores = (o.cores != Some(want.cores)).then_some(want.cores);
     let memory_mib = (o.memory_mib != Some(want.memory_mib)).then_some(want.memory_mib);
-    let share = super::share::change(share, &o.share).filter(|_| container);
+    let share = match kind {
+        GuestKind::Lxc => super::share::change(share, &o.share),
+        GuestKind::Qemu => super::share::change(&super::share::for_vm(share), &o.share),
+    };
     let startup = super::order::startup_of(order, guest_id)
-        .filter(|s| container && super::order::startup_drifted(o.startup.as_deref(), *s));
+        .filter(|s| super::order::startup_drifted(o.startup.as_deref(), *s));
     if hostname.is_some()
         || cores.is_some()
         || memory_mib.is_some()

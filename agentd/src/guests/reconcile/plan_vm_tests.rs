@@ -1,8 +1,13 @@
-//! A VM of the agent's own in the planner (decision 0117): never provisioned again, and
-//! planned as a container is for its power, cores and memory, root disk and network guard;
-//! its bootstrap delivered while it runs; orphaned when desired state drops it.
+//! A VM of the agent's own in the planner (decisions 0117, 0125): never provisioned again, and
+//! planned as a container is for its power, name, cores and memory, share, `startup`, root
+//! disk and network guard; its bootstrap delivered while it runs; orphaned when desired state
+//! drops it.
 
 use bosun_proto::desired::{GuestKind, Power};
+use bosun_proto::share::ShareClass;
+use bosun_pve::{StartupOrder, Thousandths, VmConfig};
+
+use super::super::share::{Limit, ObservedShare, ShareChange, vm_rated_devices};
 
 use super::tests::{desired, facts, seen, spec};
 use super::*;
@@ -114,14 +119,11 @@ fn a_vms_power_drifts_back_both_ways_as_a_vm() {
 }
 
 #[test]
-fn a_vm_grows_but_never_shrinks_and_keeps_its_name_share_and_order() {
+fn a_vm_grows_but_never_shrinks() {
     let mut small = vm(ObservedPower::Running);
     small.cores = Some(1);
     small.memory_mib = Some(512);
     small.rootfs_gib = Some(4);
-    // What a container would have corrected, a VM keeps for now.
-    small.hostname = Some("renamed".into());
-    small.startup = Some("order=9".into());
     let got = plan(&vm_state(Power::Running), &[], &with_vm(small, facts()));
     assert_eq!(
         got.actions,
@@ -326,4 +328,190 @@ fn a_vm_whose_bulk_volume_has_no_target_of_its_class_is_refused() {
         )),
         "{got:?}"
     );
+}
+
+/// One VM guest in class `class`, providing `db` (so it takes part in the order, place 1).
+fn classed_vm_state(class: ShareClass) -> DesiredState {
+    let mut state = vm_state(Power::Running);
+    state.guests[0].share_class = Some(class.name.clone());
+    state.guests[0].provides = vec!["db".into()];
+    state.share_classes = vec![class];
+    state
+}
+
+fn class(weight: u32, limit_millicores: u32, rate: u32) -> ShareClass {
+    ShareClass {
+        name: "shop".into(),
+        cpu_weight: Some(weight),
+        cpu_limit_millicores: Some(limit_millicores),
+        net_rate_mbytes_per_s: Some(rate),
+    }
+}
+
+/// The agent's VM of guest 1 holding exactly what [`class`]`(300, 1500, 10)` and place 1 ask,
+/// with two network devices.
+fn vm_as_asked() -> ObservedGuest {
+    ObservedGuest {
+        share: ObservedShare {
+            cpu_weight: Some(300),
+            cpu_limit: Some(Thousandths(1500)),
+            net_rates: vec![Some(Thousandths::whole(10)), Some(Thousandths::whole(10))],
+        },
+        startup: Some("order=1,up=0,down=60".into()),
+        ..vm(ObservedPower::Running)
+    }
+}
+
+fn set_spec_of(got: &Plan) -> (Option<String>, Option<ShareChange>, Option<StartupOrder>) {
+    match got.actions.as_slice() {
+        [
+            Action::SetSpec {
+                kind: GuestKind::Qemu,
+                vmid: VMID,
+                cores: None,
+                memory_mib: None,
+                hostname,
+                share,
+                startup,
+                ..
+            },
+        ] => (hostname.clone(), *share, *startup),
+        other => panic!("one set_spec for the vm, nothing else: {other:?}"),
+    }
+}
+
+#[test]
+fn a_vms_name_share_and_order_are_planned_as_a_containers_and_nothing_when_they_hold() {
+    let state = classed_vm_state(class(300, 1500, 10));
+    let got = plan(&state, &[], &with_vm(vm_as_asked(), facts()));
+    assert!(got.is_converged(), "as asked: nothing to do: {got:?}");
+
+    // Each drift alone is planned alone, for the VM, with the VM's kind.
+    let renamed = ObservedGuest {
+        hostname: Some("renamed".into()),
+        ..vm_as_asked()
+    };
+    let got = plan(&state, &[], &with_vm(renamed, facts()));
+    assert_eq!(set_spec_of(&got), (Some("g1".into()), None, None));
+
+    let mut weighted = vm_as_asked();
+    weighted.share.cpu_weight = Some(10_000);
+    let got = plan(&state, &[], &with_vm(weighted, facts()));
+    let want = ShareChange {
+        cpu_weight: Some(300),
+        cpu_limit: None,
+        net_rate: None,
+    };
+    assert_eq!(set_spec_of(&got), (None, Some(want), None));
+
+    let mut unlimited = vm_as_asked();
+    unlimited.share.cpu_limit = Some(Thousandths(0));
+    let got = plan(&state, &[], &with_vm(unlimited, facts()));
+    let want = ShareChange {
+        cpu_weight: None,
+        cpu_limit: Some(Limit::To(Thousandths(1500))),
+        net_rate: None,
+    };
+    assert_eq!(set_spec_of(&got), (None, Some(want), None));
+
+    // One device without its rate: the rate is planned for the VM's devices.
+    let mut unrated = vm_as_asked();
+    unrated.share.net_rates[1] = Some(Thousandths(0));
+    let got = plan(&state, &[], &with_vm(unrated, facts()));
+    let want = ShareChange {
+        cpu_weight: None,
+        cpu_limit: None,
+        net_rate: Some(Limit::To(Thousandths::whole(10))),
+    };
+    assert_eq!(set_spec_of(&got), (None, Some(want), None));
+
+    let reordered = ObservedGuest {
+        startup: Some("order=9".into()),
+        ..vm_as_asked()
+    };
+    let got = plan(&state, &[], &with_vm(reordered, facts()));
+    let place = StartupOrder {
+        order: 1,
+        up: Some(0),
+        down: Some(60),
+    };
+    assert_eq!(set_spec_of(&got), (None, None, Some(place)));
+
+    // A VM taking part in no order keeps whatever `startup` it has, as a container does.
+    let mut unordered = state.clone();
+    unordered.guests[0].provides.clear();
+    let reordered = ObservedGuest {
+        startup: Some("order=9".into()),
+        ..vm_as_asked()
+    };
+    let got = plan(&unordered, &[], &with_vm(reordered, facts()));
+    assert!(got.is_converged(), "{got:?}");
+}
+
+#[test]
+fn a_vms_cpu_limit_is_held_to_what_proxmox_takes_for_a_vm() {
+    // 200 cores: a container takes it, a VM's `cpulimit` stops at 128.
+    let state = classed_vm_state(class(300, 200_000, 10));
+    let mut unlimited = vm_as_asked();
+    unlimited.share.cpu_limit = Some(Thousandths(0));
+    let got = plan(&state, &[], &with_vm(unlimited, facts()));
+    let want = ShareChange {
+        cpu_weight: None,
+        cpu_limit: Some(Limit::To(Thousandths::whole(128))),
+        net_rate: None,
+    };
+    assert_eq!(set_spec_of(&got), (None, Some(want), None));
+    let mut at_most = vm_as_asked();
+    at_most.share.cpu_limit = Some(Thousandths::whole(128));
+    let got = plan(&state, &[], &with_vm(at_most, facts()));
+    assert!(got.is_converged(), "held at 128 cores, converged: {got:?}");
+}
+
+fn vm_config(pairs: &[(&str, &str)]) -> VmConfig {
+    let mut values: serde_json::Map<String, serde_json::Value> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), serde_json::json!(v)))
+        .collect();
+    values.insert("digest".into(), serde_json::json!("d"));
+    serde_json::from_value(serde_json::Value::Object(values)).unwrap()
+}
+
+#[test]
+fn a_rate_change_writes_each_device_back_whole_with_its_mac() {
+    let config = vm_config(&[
+        (
+            "net0",
+            "virtio=BC:24:11:5E:A1:08,bridge=vmbr0,firewall=1,link_down=1,tag=20",
+        ),
+        (
+            "net1",
+            "model=virtio,macaddr=BC:24:11:00:00:02,bridge=vmbr1,firewall=1,rate=10",
+        ),
+    ]);
+    let set = vm_rated_devices(&config, Limit::To(Thousandths(12_500))).unwrap();
+    let written: Vec<String> = set
+        .values()
+        .map(|n| n.to_property_string().unwrap())
+        .collect();
+    assert_eq!(
+        written,
+        [
+            "virtio=BC:24:11:5E:A1:08,bridge=vmbr0,firewall=1,link_down=1,rate=12.5,tag=20",
+            "virtio=BC:24:11:00:00:02,bridge=vmbr1,firewall=1,rate=12.5",
+        ],
+        "the MAC, bridge, firewall, link state and VLAN as read; only the rate changed"
+    );
+    // A device that holds the rate already is not written; lifting it removes `rate=`.
+    let set = vm_rated_devices(&config, Limit::To(Thousandths::whole(10))).unwrap();
+    assert_eq!(set.keys().copied().collect::<Vec<_>>(), [0]);
+    let set = vm_rated_devices(&config, Limit::Lifted).unwrap();
+    assert_eq!(
+        set[&1].to_property_string().unwrap(),
+        "virtio=BC:24:11:00:00:02,bridge=vmbr1,firewall=1"
+    );
+    assert_eq!(set.keys().copied().collect::<Vec<_>>(), [1]);
+    // A device with a key Bosun would drop is refused, never written back without it.
+    let odd = vm_config(&[("net0", "virtio=BC:24:11:5E:A1:08,bridge=vmbr0,queues=4")]);
+    let error = vm_rated_devices(&odd, Limit::To(Thousandths::whole(10))).unwrap_err();
+    assert_eq!(error.index, 0);
 }

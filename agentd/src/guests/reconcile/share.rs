@@ -3,14 +3,21 @@
 //! the agent's own, read from its config, compared with what
 //! [`bosun_proto::share::resolve`] gives for its class within the signed plan's bounds, and
 //! corrected when they differ (drift: someone changed them by hand, or a restore brought the
-//! archive's back).
+//! archive's back). A container's network rate is written in its own step
+//! ([`set_net_rate`]); a VM's devices in its `set_spec` write ([`vm_rated_devices`], decision
+//! 0125).
 //!
 //! Proxmox reads an absent `cpuunits` as its default weight (100 on cgroup v2) and an absent
 //! or zero `cpulimit` or `rate` as no limit, and so does the agent: a guest at the defaults
 //! needs no write.
 
 use bosun_proto::share::{DEFAULT_CPU_WEIGHT, Share};
-use bosun_pve::{ConfigUpdate, CtConfig, CtOptions, NetConfig, Pve, Thousandths, Vmid};
+use std::collections::BTreeMap;
+
+use bosun_pve::{
+    ConfigUpdate, CtConfig, CtOptions, NetConfig, Pve, Thousandths, VM_CPULIMIT_MAX,
+    VM_CPUUNITS_RANGE, VmConfig, VmConfigUpdate, VmNet, Vmid,
+};
 use serde_json::json;
 
 use crate::ops::operation::{OpJournal, StepError, StepName};
@@ -141,12 +148,58 @@ pub fn put_cpu(change: &ShareChange, update: &mut ConfigUpdate) {
     }
 }
 
+/// The share a VM can hold (decision 0125): a VM's CPU limit goes to 128 cores in Proxmox
+/// (a container's to 8192), so a larger limit is held at 128 cores, no looser for any VM of
+/// at most 128 vCPUs; its weight is held to the VM's `cpuunits` range (a no-op for every
+/// weight a class may name).
+pub fn for_vm(share: &Share) -> Share {
+    let max_millicores = u32::try_from(VM_CPULIMIT_MAX.0).unwrap_or(u32::MAX);
+    let (min_weight, max_weight) = VM_CPUUNITS_RANGE;
+    Share {
+        cpu_weight: share.cpu_weight.clamp(min_weight, max_weight),
+        cpu_limit_millicores: share.cpu_limit_millicores.map(|m| m.min(max_millicores)),
+        net_rate_mbytes_per_s: share.net_rate_mbytes_per_s,
+    }
+}
+
+/// Writes `change`'s CPU part into a VM's `update` (`cpuunits`, `cpulimit` set or deleted).
+pub fn put_vm_cpu(change: &ShareChange, update: &mut VmConfigUpdate) {
+    update.set.cpuunits = change.cpu_weight;
+    match change.cpu_limit {
+        Some(Limit::To(t)) => update.set.cpulimit = Some(t),
+        Some(Limit::Lifted) => update.delete.push("cpulimit".to_owned()),
+        None => {}
+    }
+}
+
+/// The network devices of a VM's `config` whose `rate=` is not `rate`, each as it is with the
+/// rate changed and nothing else: its model, MAC, bridge, firewall, link state and VLAN
+/// exactly as read ([`VmNet::parse`] refuses a device with a key it would drop).
+pub fn vm_rated_devices(
+    config: &VmConfig,
+    rate: Limit,
+) -> Result<BTreeMap<u8, VmNet>, UnreadableInterface> {
+    let want = match rate {
+        Limit::To(t) => Some(t),
+        Limit::Lifted => None,
+    };
+    let mut out = BTreeMap::new();
+    for (index, raw) in interfaces(config) {
+        let mut net = VmNet::parse(&raw).map_err(|source| UnreadableInterface { index, source })?;
+        if net.rate.filter(|r| r.0 != 0) != want {
+            net.rate = want;
+            out.insert(index, net);
+        }
+    }
+    Ok(out)
+}
+
 /// An interface of the guest's config that does not read as one.
 #[derive(Debug, thiserror::Error)]
 #[error("net{index}")]
-struct UnreadableInterface {
+pub struct UnreadableInterface {
     /// The interface's index.
-    index: u8,
+    pub index: u8,
     /// Why it does not read.
     #[source]
     source: bosun_pve::ValueError,
