@@ -368,7 +368,7 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
             }
             self.base.provisioning(spec, vmid.get());
             let identity = self.identity(op, spec, plan, vmid).await?;
-            let request = self.request(op, vmid, archive.clone(), &identity);
+            let request = self.request(op, spec, vmid, archive.clone(), &identity);
             let detail = json!({
                 "vmid": vmid.get(),
                 "archive": archive.to_string(),
@@ -378,6 +378,8 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
                 "smbios_uuid": identity.smbios_uuid.to_string(),
                 "ciuser": VM_USER,
                 "ssh_keys": identity.sshkeys.len(),
+                "cores": spec.resources.cores,
+                "memory_mib": spec.resources.memory_mib,
             });
             match super::vm_lookup::send_restore(self, op, &request, detail, created).await? {
                 super::restore::Sent::Restored(vmid) => return Ok(vmid),
@@ -389,10 +391,13 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
     }
 
     /// The restore request: the archive into Bosun's pool, fresh MACs and `vmgenid`
-    /// (`unique`), the operation's tag and the VM's identity.
+    /// (`unique`), the operation's tag, the VM's identity and the cores and memory desired
+    /// (qemu-server applies a restore's config keys over the archive's, so the VM's first boot
+    /// is at its size and no reconcile pass corrects it after).
     fn request(
         &self,
         op: &OpJournal,
+        spec: &GuestSpec,
         vmid: Vmid,
         archive: VolumeId,
         identity: &VmIdentity,
@@ -405,6 +410,8 @@ impl<Q: PveQemu + 'static> VmProvisioner<Q> {
         net0.tag = identity.tag;
         request.options = VmOptions {
             name: Some(identity.name.clone()),
+            cores: Some(u32::from(spec.resources.cores)),
+            memory: Some(u64::from(spec.resources.memory_mib)),
             net: [(0, net0)].into_iter().collect(),
             ipconfig: [(0, identity.ipconfig0)].into_iter().collect(),
             ciuser: Some(VM_USER.to_owned()),
