@@ -1,5 +1,6 @@
-//! Building the packages as CI does (`cargo build --profile deb`, `scripts/cli-assets`,
-//! `cargo deb --no-build`), lintian over them, and the files the packages carry for it: the
+//! Building the packages from the workspace's dev build (the binaries `make test` built
+//! before its suites ran, stripped by `cargo deb --strip`), `scripts/cli-assets` and
+//! `cargo deb --no-build`, lintian over them, and the files the packages carry for it: the
 //! Debian changelogs (their newest entry is the workspace version) and the command-line
 //! documentation `scripts/cli-assets` writes from the binaries.
 
@@ -130,9 +131,15 @@ pub struct Packages {
     pub guest: PathBuf,
 }
 
+/// The cargo profile the packages are made from: the dev build every suite runs, so the
+/// packaging tests compile nothing of their own (a build of another profile was a second
+/// whole compilation of the workspace, minutes of CI's two cores). `make packages` makes
+/// the production packages from the release and agent profiles.
+const PROFILE: &str = "dev";
+
 /// `scripts/cli-assets`' arguments: the profile, then every program a package documents.
 const CLI_ASSETS_ARGS: [&str; 6] = [
-    "deb",
+    PROFILE,
     "bosun-agentd",
     "bosun-agentctl",
     "bosun-hubd",
@@ -148,20 +155,27 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
     build
         .current_dir(workspace())
         .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "--locked", "--profile", "deb", "--bins"])
-        .args([
-            "-p",
-            "bosun-agentd",
-            "-p",
-            "bosun-agentctl",
-            "-p",
-            "bosun-helper",
-            "-p",
-            "bosun-update-gate",
-            "-p",
-            "bosun-support",
-        ])
-        .args(["-p", "bosun-hubd", "-p", "bosunctl", "-p", "bosun-guest"]);
+        // What `make nextest` built before the suites: the same command, so nothing is
+        // compiled again.
+        .args(["build", "--workspace", "--locked", "--bins"]);
+    // The variables cargo gave this test binary: build scripts that watch them (ring's watch
+    // CARGO_MANIFEST_DIR and CARGO_PKG_NAME) would run again and rebuild what the suite runs.
+    for (name, _) in std::env::vars_os() {
+        let name_text = name.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_CFG_",
+        ]
+        .iter()
+        .any(|prefix| name_text.starts_with(prefix))
+            || name_text == "OUT_DIR"
+        {
+            build.env_remove(&name);
+        }
+    }
     check_command(&mut build)?;
     // The man pages and completions the packages install, from the binaries just built.
     check_command(
@@ -169,7 +183,7 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
             .env("CARGO_TARGET_DIR", &target)
             .args(CLI_ASSETS_ARGS),
     )?;
-    check_cli_assets(&target.join("deb/cli"), &CLI_ASSETS_ARGS[1..])?;
+    check_cli_assets(&target.join("debug/cli"), &CLI_ASSETS_ARGS[1..])?;
     let built = started.elapsed();
     let mut debs = Vec::new();
     for crate_name in ["bosun-agentd", "bosun-hubd", "bosunctl", "bosun-guest"] {
@@ -181,8 +195,10 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
                 "--no-build",
                 "--locked",
                 "--fast",
+                // The dev build keeps its symbols; a package's programs are stripped.
+                "--strip",
                 "--profile",
-                "deb",
+                PROFILE,
             ])
             .args(["-p", crate_name, "--output"])
             .arg(out);
