@@ -6,8 +6,9 @@
 //! and systemd restarts the agent once a whole interval passes without one.
 //!
 //! The hub loop's progress ([`Progress`]) is that the loop runs, not that the hub answers: the
-//! loop beats when it begins a round and all through its waits (a long poll held by the hub, a
-//! poll that fails after its timeout, the backoff after it, the pause between polls). An
+//! loop beats when it begins a round, and while it is inside one of its waits (a long poll held
+//! by the hub, a poll that fails after its timeout, the backoff after it, the pause between
+//! polls) it counts as beating now, with no timer waking the idle agent to say so. An
 //! unreachable hub keeps it beating; a round stuck anywhere else (an await that never ends, a
 //! lock never released) does not. Before the loop's first beat (enrollment, replay) only the
 //! journal is judged.
@@ -25,16 +26,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ops::journal::JournalHandle;
 
-/// How often a waiting hub loop beats.
-const BEAT: Duration = Duration::from_millis(500);
-
-/// The hub loop's progress: when it last beat. Cheap to clone; every clone is the same clock.
+/// The hub loop's progress: when it last beat, and whether it is inside one of its waits.
+/// Cheap to clone; every clone is the same clock.
 #[derive(Debug, Clone)]
 pub struct Progress {
     /// When the clock started.
     origin: Instant,
     /// Milliseconds from `origin` to the last beat, plus one (0: never beat).
     last: Arc<AtomicU64>,
+    /// How many of the loop's waits are in progress.
+    waits: Arc<AtomicU64>,
 }
 
 impl Default for Progress {
@@ -42,7 +43,19 @@ impl Default for Progress {
         Self {
             origin: Instant::now(),
             last: Arc::new(AtomicU64::new(0)),
+            waits: Arc::new(AtomicU64::new(0)),
         }
+    }
+}
+
+/// One wait of the loop in progress: counted from its start until it ends or is dropped (a
+/// `select!` that took another branch), which is a beat.
+struct InWait<'a>(&'a Progress);
+
+impl Drop for InWait<'_> {
+    fn drop(&mut self) {
+        self.0.waits.fetch_sub(1, Ordering::AcqRel);
+        self.0.beat();
     }
 }
 
@@ -53,28 +66,26 @@ impl Progress {
         self.last.store(ms.saturating_add(1), Ordering::Relaxed);
     }
 
-    /// How long since the last beat; `None` before the first.
+    /// How long since the last beat; `None` before the first. Zero while the loop is inside
+    /// one of its waits.
     pub fn since(&self) -> Option<Duration> {
+        if self.waits.load(Ordering::Acquire) > 0 {
+            return Some(Duration::ZERO);
+        }
         let last = self.last.load(Ordering::Relaxed).checked_sub(1)?;
         let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
         Some(Duration::from_millis(now.saturating_sub(last)))
     }
 
-    /// Runs `wait` (a wait for the hub, a pause), beating every half second meanwhile: the
-    /// loop waiting as it should is progress.
+    /// Runs `wait` (a wait for the hub, a pause), the loop counting as beating all through it:
+    /// the loop waiting as it should is progress. Each wait is bounded by its own timeout, so
+    /// a loop stuck elsewhere still stops beating; a timer beating through the wait would wake
+    /// the idle agent twice a second for nothing more.
     pub async fn waiting<F: Future>(&self, wait: F) -> F::Output {
-        tokio::pin!(wait);
-        let mut ticker = tokio::time::interval(BEAT);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                out = &mut wait => {
-                    self.beat();
-                    return out;
-                }
-                _ = ticker.tick() => self.beat(),
-            }
-        }
+        self.beat();
+        self.waits.fetch_add(1, Ordering::AcqRel);
+        let _in_wait = InWait(self);
+        wait.await
     }
 }
 
@@ -271,5 +282,28 @@ mod tests {
         cancel.cancel();
         running.await.unwrap();
         journal.close().await.unwrap();
+    }
+
+    /// A wait counts as progress only while it lasts: one that a `select!` dropped for another
+    /// branch leaves the loop judged by its last beat, the end of that wait.
+    #[tokio::test]
+    async fn a_wait_counts_while_it_lasts_and_a_dropped_one_ends_it() {
+        let progress = Progress::default();
+        assert_eq!(progress.since(), None, "never beat");
+        tokio::select! {
+            () = progress.waiting(tokio::time::sleep(Duration::from_secs(3600))) => {
+                unreachable!("the other branch ends first")
+            }
+            () = async {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                assert_eq!(progress.since(), Some(Duration::ZERO), "inside the wait");
+            } => {}
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let since = progress.since().unwrap();
+        assert!(
+            since >= Duration::from_millis(250) && since < Duration::from_millis(700),
+            "judged from the dropped wait's end, not its start: {since:?}"
+        );
     }
 }
