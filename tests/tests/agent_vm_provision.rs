@@ -135,9 +135,35 @@ async fn a_vm_is_provisioned_from_its_signed_base_with_its_own_identity_and_boot
         "one VM restore, of the signed base"
     );
     assert!(ct_restores(&sim).is_empty(), "no container was restored");
+    // Restored at its desired size (the archive's is another), so no pass resizes it after.
+    let restore = sim
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path == "/nodes/pve/qemu")
+        .expect("the restore");
+    let param = |key: &str| {
+        restore
+            .params
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(param("cores").as_deref(), Some("2"), "{restore:?}");
+    assert_eq!(param("memory").as_deref(), Some("1024"), "{restore:?}");
 
     // The identity cloud-init gives it, and what the restore made fresh.
     let config = sim.vm_config(vmid).expect("the vm exists");
+    assert_eq!(config.get("memory").map(String::as_str), Some("1024"));
+    assert_eq!(config.get("cores").map(String::as_str), Some("2"));
+    let resized = |r: &&bosun_pvesim::LoggedRequest| {
+        r.method == "PUT"
+            && r.path == format!("/nodes/pve/qemu/{vmid}/config")
+            && r.params.iter().any(|(k, _)| k == "memory" || k == "cores")
+    };
+    assert!(
+        !sim.requests().iter().any(|r| resized(&r)),
+        "a pass resized the new VM"
+    );
     assert_eq!(
         config.get("ciuser").map(String::as_str),
         Some("bosun"),
