@@ -64,7 +64,7 @@ impl Pending {
 }
 
 /// The host row as a poll needs it, as read; [`HostRow::checked`] makes it usable.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct RawHostRow {
     hostname: String,
     overdue_since: Option<i64>,
@@ -175,7 +175,7 @@ impl HostRow {
 }
 
 /// What the host row says of its stored reports.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Stored {
     /// The stored report's number (`None`: no report).
     pub seq: Option<u64>,

@@ -4,10 +4,11 @@
 use bosun_proto::admin::{HostDetail, HostStatus, HostSummary, Liveness};
 use bosun_proto::desired::DesiredState;
 use rusqlite::params;
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use uuid::Uuid;
 
 use super::codec::{host_status, signed, ts, ts_opt, unsigned, uuid};
-use super::host_row::{self, HOST_ROW_COLUMNS, HostFacts, HostRow};
+use super::host_row::{self, HOST_ROW_COLUMNS, HOST_ROW_WIDTH, HostFacts, HostRow};
 use super::poll_report;
 use super::stored_report;
 use super::tx::{Dialect, Row, Tx};
@@ -223,6 +224,71 @@ const POLL_UPDATE_SQL: &str = "
         hub_pins = COALESCE(?13, hub_pins)
     WHERE host_id = ?11";
 
+/// What a PostgreSQL poll's row write returns: the row as the next poll would read it
+/// ([`HOST_ROW_COLUMNS`]), then its version and when it was last seen (`xmin` and
+/// `last_seen_ms`, what the replica's next write of it is guarded on: decision 0129).
+pub(super) const KEPT_COLUMNS_WIDTH: usize = HOST_ROW_WIDTH + 2;
+
+/// [`POLL_UPDATE_SQL`] as each store sends it: PostgreSQL's returns the row it wrote
+/// (`guarded`: only while the row is the version `?15`, last seen at `?16`, then also what
+/// waits for the host, [`super::pending::WAITING_COLUMNS`], for the generation `?4`).
+pub(super) fn poll_update(dialect: Dialect, guarded: bool) -> &'static str {
+    static TEXT: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+        let returning = |guard: &str, waiting: &str| {
+            format!(
+                "{update}{guard} RETURNING {HOST_ROW_COLUMNS}, CAST(h.xmin AS TEXT), h.last_seen_ms{waiting}",
+                update = POLL_UPDATE_SQL.replacen("UPDATE hosts SET", "UPDATE hosts h SET", 1),
+            )
+        };
+        [
+            returning("", ""),
+            returning(
+                " AND h.xmin = CAST(CAST(?15 AS TEXT) AS xid) AND h.last_seen_ms = ?16",
+                &format!(
+                    ", {}",
+                    super::pending::WAITING_COLUMNS.replace("?2", "CAST(?4 AS BIGINT)")
+                ),
+            ),
+        ]
+    });
+    match (dialect, guarded) {
+        (Dialect::Sqlite, _) => POLL_UPDATE_SQL,
+        (Dialect::Postgres, false) => &TEXT[0],
+        (Dialect::Postgres, true) => &TEXT[1],
+    }
+}
+
+/// The values of [`POLL_UPDATE_SQL`]'s `?1`–`?14` for `poll`, whose report does `report`.
+pub(super) fn poll_update_values<'a>(
+    poll: &'a PollRecord,
+    report: &'a poll_report::Write,
+    keys_settled: bool,
+) -> Vec<ToSqlOutput<'a>> {
+    let text = |s: Option<&'a str>| ToSqlOutput::Borrowed(s.map_or(ValueRef::Null, ValueRef::from));
+    let int = |n: Option<i64>| ToSqlOutput::Owned(n.map_or(Value::Null, Value::Integer));
+    let (agent_version, controller_version) = match &poll.versions {
+        Some((agent, controller)) => (Some(agent.as_str()), controller.as_deref()),
+        None => (None, None),
+    };
+    let (live, report_seq) = report.values();
+    vec![
+        int(Some(poll.now_ms)),
+        text(agent_version),
+        text(controller_version),
+        int(Some(signed(poll.known_generation))),
+        int(Some(signed(poll.applied_generation))),
+        int(poll.audit.iter().map(|a| a.seq).max().map(signed)),
+        int(Some(i64::from(keys_settled))),
+        int(Some(report.mode())),
+        text(live),
+        int(report_seq.map(signed)),
+        ToSqlOutput::Owned(Value::Text(poll.host_id.to_string())),
+        int(Some(i64::from(poll.stopping))),
+        text(poll.hub_pins.as_deref()),
+        ToSqlOutput::Borrowed(report.digest().map_or(ValueRef::Null, ValueRef::Blob)),
+    ]
+}
+
 /// The poll's one read: the host row and what waits for it (`?1` the host, `?2` the
 /// generation the agent knows). On PostgreSQL it locks the host row until the transaction
 /// ends, so writes about one host from any replica run one after the other ([`require_host`]);
@@ -247,10 +313,7 @@ pub(super) fn poll_select(dialect: Dialect) -> &'static str {
 /// report's base written when it changed, alerts judged when the report changed what they
 /// follow, jobs acknowledged, audit entries kept. Returns what changed and the answer's view
 /// (the document only when the agent does not know its generation).
-pub(super) fn record_poll(
-    tx: Tx<'_, '_>,
-    poll: &PollRecord,
-) -> StoreResult<(PollRecorded, PollView)> {
+pub(super) fn record_poll(tx: Tx<'_, '_>, poll: &PollRecord) -> StoreResult<RecordedPoll> {
     let host = poll.host_id.to_string();
     let (row, waiting) = tx
         .query_opt(
@@ -285,32 +348,24 @@ pub(super) fn record_poll(
     // a full report, and the full report settles it.
     let keys_settled = row.keys_wanted && full && report.applied;
     let newest_audit = poll.audit.iter().map(|a| a.seq).max();
-    let (agent_version, controller_version) = match &poll.versions {
-        Some((agent, controller)) => (Some(agent.as_str()), controller.as_deref()),
-        None => (None, None),
+    let (_, report_seq) = report.write.values();
+    let values = poll_update_values(poll, &report.write, keys_settled);
+    let values: Vec<&dyn rusqlite::ToSql> = values.iter().map(|v| v as _).collect();
+    // Sent with the poll's next statement, its `COMMIT` for a heartbeat; on PostgreSQL the
+    // row it wrote comes back for the replica to keep.
+    let written = match tx {
+        Tx::Postgres(pg) => Some(
+            pg.defer_rows(poll_update(tx.dialect(), false), &values)
+                .map_err(|source| StoreError::Postgres {
+                    op: "record poll",
+                    source,
+                })?,
+        ),
+        Tx::Sqlite(_) => {
+            tx.execute_later("record poll", POLL_UPDATE_SQL, &values)?;
+            None
+        }
     };
-    let (live, report_seq) = report.write.values();
-    // Sent with the poll's next statement, its `COMMIT` for a heartbeat.
-    tx.execute_later(
-        "record poll",
-        POLL_UPDATE_SQL,
-        params![
-            poll.now_ms,
-            agent_version,
-            controller_version,
-            signed(poll.known_generation),
-            signed(poll.applied_generation),
-            newest_audit.map(signed),
-            i64::from(keys_settled),
-            report.write.mode(),
-            live,
-            report_seq.map(signed),
-            host,
-            i64::from(poll.stopping),
-            poll.hub_pins,
-            report.write.digest()
-        ],
-    )?;
     if let Some(base) = report.write.base() {
         stored_report::write_base(tx, &host, base)?;
     }
@@ -357,7 +412,21 @@ pub(super) fn record_poll(
         report_seq: report_seq.or(stored_seq),
         host_key: row.host_key,
     };
-    Ok((recorded, waiting.pending(tx, &host)?.view(facts)))
+    Ok(RecordedPoll {
+        recorded,
+        view: waiting.pending(tx, &host)?.view(facts),
+        written,
+    })
+}
+
+/// What [`record_poll`] did.
+#[derive(Debug)]
+pub(super) struct RecordedPoll {
+    pub recorded: PollRecorded,
+    pub view: PollView,
+    /// On PostgreSQL, the host row as the poll wrote it, once the transaction is answered
+    /// ([`KEPT_COLUMNS_WIDTH`] columns).
+    pub written: Option<super::postgres::conn::Later>,
 }
 
 /// Whether [`record_poll`] failed before it wrote anything (the host is unknown, not active, or

@@ -61,7 +61,7 @@ pub(super) const WAITING_COLUMNS: &str = "
     (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued')";
 
 /// [`WAITING_COLUMNS`] as read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Waiting {
     generation: Option<i64>,
     document: Option<String>,
@@ -82,13 +82,27 @@ impl Waiting {
 
     /// What waits, the queued jobs read now (after the poll acknowledged what it did).
     pub fn pending(self, tx: Tx<'_, '_>, id: &str) -> StoreResult<Pending> {
-        let mut jobs = if self.queued > 0 {
+        let jobs = if self.queued > 0 {
             queued_jobs(tx, id)?
         } else {
             Vec::new()
         };
+        Ok(self.with_jobs(jobs))
+    }
+
+    /// Whether jobs are queued for the host (to be read with [`Self::pending`]).
+    pub fn jobs_queued(&self) -> bool {
+        self.queued > 0
+    }
+
+    /// What waits, with no job queued.
+    pub fn without_jobs(self) -> Pending {
+        self.with_jobs(Vec::new())
+    }
+
+    fn with_jobs(self, mut jobs: Vec<JobPart>) -> Pending {
         in_queue_order(&mut jobs);
-        Ok(Pending {
+        Pending {
             generation: self.generation.map_or(0, unsigned),
             desired_json: self.document,
             jobs: jobs
@@ -96,7 +110,7 @@ impl Waiting {
                 .map(|(_, _, document, signature)| (document, signature))
                 .collect(),
             correlation_id: self.correlation_id,
-        })
+        }
     }
 }
 

@@ -534,6 +534,9 @@ fn artifacts_a_database_held_move_out_to_files_at_open() {
 #[path = "pg_tests.rs"]
 mod pg;
 
+#[path = "pg_one_flight_tests.rs"]
+mod pg_one_flight;
+
 #[path = "alert_triage_tests.rs"]
 mod alert_triage;
 

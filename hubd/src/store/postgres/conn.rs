@@ -262,7 +262,14 @@ impl Conn {
             let sent = futures::future::join_all(deferred.iter().map(|d| async move {
                 let refs: Vec<&(dyn ToSql + Sync)> =
                     d.params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-                client.execute(&d.statement, &refs).await
+                match &d.rows {
+                    None => client.execute(&d.statement, &refs).await.map(|_| ()),
+                    // Each deferred statement is sent once: the slot is empty.
+                    Some(slot) => client
+                        .query(&d.statement, &refs)
+                        .await
+                        .map(|rows| drop(slot.0.set(rows))),
+                }
             }));
             let (earlier, last) = futures::future::join(sent, last).await;
             for outcome in earlier {
@@ -273,11 +280,27 @@ impl Conn {
     }
 }
 
-/// A statement whose answer nobody reads, sent with the next one (see [`PgTx::defer`]).
+/// A statement sent with the next one (see [`PgTx::defer`]), its rows kept when asked
+/// ([`PgTx::defer_rows`]).
 #[derive(Debug)]
 struct Deferred {
     statement: tokio_postgres::Statement,
     params: Vec<PgParam>,
+    rows: Option<Later>,
+}
+
+/// The rows of a statement sent with the next one ([`PgTx::defer_rows`]): set once the
+/// flight it went in was answered without error.
+#[derive(Debug, Clone, Default)]
+pub(in crate::store) struct Later(std::rc::Rc<std::cell::OnceCell<Vec<tokio_postgres::Row>>>);
+
+impl Later {
+    /// The rows, decoded; `None` when the statement was not answered.
+    pub(in crate::store) fn rows(&self) -> Option<Result<Vec<PgRow>, PgError>> {
+        self.0
+            .get()
+            .map(|rows| rows.iter().map(PgRow::decode).collect())
+    }
 }
 
 /// A bounded pool of [`Conn`]s: at most `max` open, idle ones kept.
@@ -419,11 +442,34 @@ impl<'a> PgTx<'a> {
         sql: &str,
         params: &[&dyn rusqlite::ToSql],
     ) -> Result<(), PgError> {
+        self.push(sql, params, None)
+    }
+
+    /// [`Self::defer`], keeping the statement's rows (a `RETURNING` clause's) for after the
+    /// flight it goes in.
+    pub(in crate::store) fn defer_rows(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Later, PgError> {
+        let later = Later::default();
+        self.push(sql, params, Some(later.clone()))?;
+        Ok(later)
+    }
+
+    fn push(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+        rows: Option<Later>,
+    ) -> Result<(), PgError> {
         let params = convert(params)?;
         let statement = self.conn.borrow_mut().statement(sql)?;
-        self.deferred
-            .borrow_mut()
-            .push(Deferred { statement, params });
+        self.deferred.borrow_mut().push(Deferred {
+            statement,
+            params,
+            rows,
+        });
         Ok(())
     }
 

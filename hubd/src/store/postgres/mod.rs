@@ -19,6 +19,7 @@
 //! A transaction the server aborts as a serialization failure or deadlock is run again.
 
 pub(in crate::store) mod conn;
+mod kept;
 pub mod schema;
 
 use std::str::FromStr as _;
@@ -38,7 +39,8 @@ pub use conn::WAKE_CHANNEL;
 /// Advisory-lock key of the sweeper (`'bosunswp'` as an integer).
 pub const SWEEPER_LOCK: i64 = 0x626f_7375_6e73_7770;
 
-/// Most connections one replica opens (the poll writer, request handlers, the sweeper).
+/// Most pooled connections one replica opens (the poll writer, request handlers); beside them
+/// it holds the sweeper's session, the heartbeats' (decision 0129) and the `LISTEN` one.
 const POOL_SIZE: usize = 12;
 
 /// Longest a backup sweep slice runs, one transaction (the rows of the hosts it judged stay
@@ -61,6 +63,10 @@ pub struct PgStore {
     target: String,
     /// The migrations this hub brings.
     schema: schema::PgSchema,
+    /// The host rows this replica last wrote (decision 0129).
+    kept: kept::KeptRows,
+    /// The session heartbeats are written on in one statement each (decision 0129).
+    heartbeats: Mutex<Option<Conn>>,
 }
 
 #[derive(Default)]
@@ -86,10 +92,11 @@ impl Drop for PgStore {
         }
         let idle = self.pool.take_idle();
         let session = self.sweeper.get_mut().session.take();
-        if !idle.is_empty() || session.is_some() {
+        let heartbeats = self.heartbeats.get_mut().take();
+        if !idle.is_empty() || session.is_some() || heartbeats.is_some() {
             let _ = std::thread::Builder::new()
                 .name("bosun-pg-close".into())
-                .spawn(move || drop((idle, session)));
+                .spawn(move || drop((idle, session, heartbeats)));
         }
     }
 }
@@ -150,6 +157,8 @@ impl PgStore {
             sweeper: Mutex::new(Sweeper::default()),
             target,
             schema,
+            kept: kept::KeptRows::default(),
+            heartbeats: Mutex::new(None),
         };
         store.migrate()?;
         tracing::info!(database = store.target, "postgresql store open");
@@ -159,6 +168,12 @@ impl PgStore {
     /// Where the store is (no password).
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// How many heartbeats this replica recorded in one round trip on the host row it kept,
+    /// and how many found that row moved by another writer (decision 0129).
+    pub fn one_flight_counts(&self) -> (u64, u64) {
+        self.kept.counts()
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {

@@ -82,6 +82,12 @@ impl Backend for PgStore {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        // A lone heartbeat on the row this replica last wrote: one round trip.
+        if let [poll] = polls.as_slice()
+            && let Some(outcome) = self.one_flight(poll)
+        {
+            return Ok(vec![outcome]);
+        }
         // In host-id order: each poll locks its host's row as it reads it, so batches of
         // different replicas take their locks in one order and wait for each other instead of
         // deadlocking (two polls of one host keep theirs).
@@ -100,10 +106,10 @@ impl Backend for PgStore {
         } else {
             &["BEGIN"]
         };
-        let settle = |tx: &PgTx<'_>, results: &[StoreResult<(PollRecorded, PollView)>]| {
+        let settle = |tx: &PgTx<'_>, results: &[StoreResult<hosts::RecordedPoll>]| {
             let durable = results
                 .iter()
-                .any(|r| r.as_ref().is_ok_and(|(recorded, _)| recorded.durable));
+                .any(|r| r.as_ref().is_ok_and(|done| done.recorded.durable));
             if may_wait && durable {
                 tx.defer("SELECT set_config('synchronous_commit', 'on', true)", &[])
                     .map_err(sql("record polls"))?;
@@ -130,7 +136,7 @@ impl Backend for PgStore {
             Ok(results)
         });
         if !isolate.get() {
-            return fast.map(|results| in_order(&order, results));
+            return fast.map(|results| self.kept_from(&order, &polls, results));
         }
         // Each poll in a savepoint of its own, so the one that failed leaves the others.
         self.write_as("record polls", begin, |tx| {
@@ -159,7 +165,7 @@ impl Backend for PgStore {
             settle(tx, &results)?;
             Ok(results)
         })
-        .map(|results| in_order(&order, results))
+        .map(|results| self.kept_from(&order, &polls, results))
     }
 
     fn put_artifact(
@@ -248,6 +254,31 @@ impl Backend for PgStore {
     fn watch_wakeups(&self, wake: WakeUp) {
         let config = self.config.clone();
         self.handle().spawn(listen(config, wake));
+    }
+}
+
+impl PgStore {
+    /// A committed batch's results in the batch's order (`order`: the order they were
+    /// recorded in), each host row they wrote kept.
+    fn kept_from(
+        &self,
+        order: &[usize],
+        polls: &[PollRecord],
+        results: Vec<StoreResult<hosts::RecordedPoll>>,
+    ) -> Vec<StoreResult<(PollRecorded, PollView)>> {
+        let results = order
+            .iter()
+            .zip(results)
+            .map(|(&n, result)| {
+                result.map(|done| {
+                    if let Some(written) = &done.written {
+                        self.kept.keep(polls[n].host_id, written);
+                    }
+                    (done.recorded, done.view)
+                })
+            })
+            .collect();
+        in_order(order, results)
     }
 }
 

@@ -291,7 +291,7 @@ fn record_batch(
         for poll in polls {
             match hosts::record_poll(Tx::Sqlite(conn), poll) {
                 Err(err) if !hosts::refused_before_writing(&err) => break,
-                outcome => results.push(outcome),
+                outcome => results.push(outcome.map(|r| (r.recorded, r.view))),
             }
         }
         if results.len() == polls.len() {
@@ -304,7 +304,7 @@ fn record_batch(
     let mut results = Vec::with_capacity(polls.len());
     for poll in polls {
         cached(conn, "SAVEPOINT poll")?;
-        let outcome = hosts::record_poll(Tx::Sqlite(conn), poll);
+        let outcome = hosts::record_poll(Tx::Sqlite(conn), poll).map(|r| (r.recorded, r.view));
         if outcome.is_err() {
             cached(conn, "ROLLBACK TO poll")?;
         }

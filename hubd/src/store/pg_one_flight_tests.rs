@@ -1,0 +1,205 @@
+//! A heartbeat in one round trip on the host row a replica kept (decision 0129), against a
+//! real server: it goes in one flight on the row the replica last wrote, and whatever another
+//! writer did to the row since (another replica's poll, a desired state, a job, the sweep, a
+//! revocation) sends it the usual way with the same answer.
+
+use bosun_proto::delta::ReportDelta;
+use bosun_proto::report::StateReport;
+use uuid::Uuid;
+
+use super::super::{NewJob, PollRecord, PollRecorded, PollView, ReportUpdate, StoreError};
+use super::pg::Database;
+use super::{NOW, enroll, poll, sample_desired};
+use crate::secret::SecretHash;
+use crate::store::postgres::PgStore;
+use crate::store::{HostStore as _, JobStore as _, PollStore as _};
+
+/// A host's agent: the last report it sent, numbered.
+struct Agent {
+    host: Uuid,
+    key: SecretHash,
+    last: StateReport,
+    now_ms: i64,
+}
+
+impl Agent {
+    /// A delta of a new CPU figure on the last report, with the generation it holds.
+    fn heartbeat(&mut self, generation: u64) -> PollRecord {
+        let mut next = self.last.clone();
+        next.seq += 1;
+        self.now_ms += 30_000;
+        let cpu = &mut next
+            .host
+            .as_mut()
+            .expect("the report has host figures")
+            .cpu_usage;
+        *cpu = (*cpu + 0.01) % 1.0;
+        let mut record = poll(self.host, self.key);
+        record.now_ms = self.now_ms;
+        record.known_generation = generation;
+        record.report = ReportUpdate::Delta(Box::new(ReportDelta::between(
+            &self.last,
+            self.last.seq,
+            &next,
+            next.seq,
+        )));
+        self.last = next;
+        record
+    }
+}
+
+fn record(store: &PgStore, poll: PollRecord) -> Result<(PollRecorded, PollView), StoreError> {
+    store.record_polls(vec![poll]).unwrap().remove(0)
+}
+
+#[test]
+fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another_writer_moved_it() {
+    let db = Database::create();
+    let (a, b) = (db.open(), db.open());
+    let (host, key) = enroll(&a, None);
+    let first = poll(host, key);
+    let ReportUpdate::Full { report, .. } = &first.report else {
+        unreachable!("the sample poll carries a full report")
+    };
+    let mut agent = Agent {
+        host,
+        key,
+        last: (**report).clone(),
+        now_ms: NOW,
+    };
+    record(&a, first).unwrap();
+    assert_eq!(
+        a.one_flight_counts(),
+        (0, 0),
+        "a full report goes the usual way"
+    );
+
+    // Replica a wrote the row last: one flight.
+    let (recorded, view) = record(&a, agent.heartbeat(0)).unwrap();
+    assert!(!recorded.full_report_required && !recorded.durable);
+    assert_eq!(view.report_seq, Some(2));
+    assert_eq!(a.one_flight_counts(), (1, 0));
+    let stored = b.host_detail(host).unwrap().last_report.unwrap();
+    assert_eq!(stored, agent.last, "the merged report is the agent's");
+
+    // Replica b writes the row; a's next heartbeat finds its kept row moved and goes the
+    // usual way, merged on what b stored (the guard missing, it would be merged on seq 2's
+    // row and refused for want of a base).
+    let (recorded, _) = record(&b, agent.heartbeat(0)).unwrap();
+    assert!(!recorded.full_report_required);
+    let (recorded, view) = record(&a, agent.heartbeat(0)).unwrap();
+    assert!(!recorded.full_report_required, "{recorded:?}");
+    assert_eq!(view.report_seq, Some(4));
+    assert_eq!(a.one_flight_counts(), (1, 1));
+    assert_eq!(
+        b.host_detail(host).unwrap().last_report.unwrap(),
+        agent.last
+    );
+    record(&a, agent.heartbeat(0)).unwrap();
+    assert_eq!(a.one_flight_counts(), (2, 1), "kept again by the usual way");
+
+    // A job queued and a desired state set through b reach the next answer through a.
+    let job = Uuid::new_v4();
+    b.submit_job(NewJob {
+        job_id: job,
+        host_id: host,
+        kind: "force-backup",
+        document: b"{\"job\":1}".to_vec(),
+        signature: "sig".into(),
+        priority: 0,
+        now_ms: agent.now_ms,
+    })
+    .unwrap();
+    let (_, view) = record(&a, agent.heartbeat(0)).unwrap();
+    assert_eq!(view.jobs, [(b"{\"job\":1}".to_vec(), "sig".to_owned())]);
+    let accepted = b.put_desired(sample_desired(host, agent.now_ms)).unwrap();
+    let (_, view) = record(&a, agent.heartbeat(0)).unwrap();
+    assert_eq!(view.generation, accepted.generation);
+    assert!(
+        view.desired_json.is_some(),
+        "the agent does not know it yet"
+    );
+    let (_, view) = record(&a, agent.heartbeat(accepted.generation)).unwrap();
+    assert_eq!(view.generation, accepted.generation);
+    assert!(view.desired_json.is_none(), "the agent knows it");
+    assert_eq!(view.jobs.len(), 1, "the job is still queued");
+
+    // The sweep marks the silent host overdue; its next heartbeat is a recovery.
+    let (flights, _) = a.one_flight_counts();
+    let silent = agent.now_ms + 3_600_000;
+    let alerts = b
+        .sweep(silent, &crate::deadman::DeadManConfig::default())
+        .unwrap();
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    agent.now_ms = silent;
+    let (recorded, _) = record(&a, agent.heartbeat(accepted.generation)).unwrap();
+    assert!(recorded.recovered && recorded.durable, "{recorded:?}");
+    assert_eq!(
+        a.one_flight_counts().0,
+        flights,
+        "a recovery is not a heartbeat"
+    );
+
+    // Revoked through b: a's kept row says active, the host row does not.
+    b.revoke_host(host, agent.now_ms).unwrap();
+    let refused = record(&a, agent.heartbeat(accepted.generation)).unwrap_err();
+    assert!(
+        matches!(refused, StoreError::HostNotActive { .. }),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_delta_that_needs_its_base_or_a_poll_that_carries_more_goes_the_usual_way() {
+    let db = Database::create();
+    let store = db.open();
+    let (host, key) = enroll(&store, None);
+    let first = poll(host, key);
+    let ReportUpdate::Full { report, .. } = &first.report else {
+        unreachable!("the sample poll carries a full report")
+    };
+    let mut agent = Agent {
+        host,
+        key,
+        last: (**report).clone(),
+        now_ms: NOW,
+    };
+    record(&store, first).unwrap();
+    // A new agent version: the poll names it, so it is no heartbeat.
+    let mut named = agent.heartbeat(0);
+    named.versions = Some(("0.2.0".into(), None));
+    record(&store, named).unwrap();
+    assert_eq!(store.one_flight_counts(), (0, 0));
+    // A delta of the base (a new guest) needs the stored base read: the usual way.
+    let mut next = agent.last.clone();
+    next.seq += 1;
+    next.guests = serde_json::from_value(serde_json::json!([{
+        "hostname": "web", "vmid": 101, "status": "running"
+    }]))
+    .unwrap();
+    let mut base = poll(host, key);
+    agent.now_ms += 30_000;
+    base.now_ms = agent.now_ms;
+    base.report = ReportUpdate::Delta(Box::new(ReportDelta::between(
+        &agent.last,
+        agent.last.seq,
+        &next,
+        next.seq,
+    )));
+    agent.last = next;
+    let (recorded, view) = record(&store, base).unwrap();
+    assert!(!recorded.full_report_required);
+    assert_eq!(view.report_seq, Some(agent.last.seq));
+    assert_eq!(store.one_flight_counts(), (0, 0));
+    // Then the heartbeats go in one flight, each on the row the one before wrote.
+    for n in 1..=3 {
+        let (recorded, view) = record(&store, agent.heartbeat(0)).unwrap();
+        assert!(!recorded.full_report_required);
+        assert_eq!(view.report_seq, Some(agent.last.seq));
+        assert_eq!(store.one_flight_counts(), (n, 0));
+    }
+    assert_eq!(
+        store.host_detail(host).unwrap().last_report.unwrap(),
+        agent.last
+    );
+}

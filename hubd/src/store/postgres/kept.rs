@@ -1,0 +1,253 @@
+//! The host rows a replica last wrote, and the heartbeat they make one round trip
+//! (decision 0129).
+//!
+//! A poll's write returns the row as it left it, with its version (`xmin`) and when the host
+//! was last seen; the replica keeps that. The host's next heartbeat through the same replica
+//! is decided from the kept row instead of a `SELECT … FOR UPDATE`, and its write is sent
+//! with `BEGIN` and `COMMIT` in one flight, guarded on the kept version: when any other
+//! writer (another replica, the sweep, an operator) changed the row since, the guard matches
+//! nothing, the flight commits nothing, and the poll is recorded the usual way. Only what the
+//! row alone decides goes this way: a delta that needs no base read, carries nothing but the
+//! report and finds the host neither overdue, stopped, new, nor applying a generation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+use uuid::Uuid;
+
+use super::super::host_row::{HOST_ROW_WIDTH, HostFacts, HostRow, RawHostRow};
+use super::super::hosts::{self, KEPT_COLUMNS_WIDTH};
+use super::super::pending::Waiting;
+use super::super::poll_report;
+use super::super::tx::{Dialect, Row};
+use super::super::{PollRecord, PollRecorded, PollView, StoreError, StoreResult};
+use super::conn::{Conn, Later, PgError, PgRow, PgTx, sql};
+use super::{PgStore, retryable};
+
+/// Most rows one replica keeps (about 1.5 KB each: the live parts of two reports); past it an
+/// arbitrary one is forgotten, and its host's next poll is read the usual way.
+const MOST_KEPT: usize = 65_536;
+
+/// The host rows this replica last wrote, by host.
+#[derive(Debug, Default)]
+pub(super) struct KeptRows {
+    rows: Mutex<HashMap<Uuid, Kept>>,
+    one_flight: AtomicU64,
+    fell_back: AtomicU64,
+}
+
+/// A host row as this replica's write left it.
+#[derive(Debug)]
+struct Kept {
+    row: RawHostRow,
+    /// The row version, as text (`xid` has no binary form the store reads).
+    xmin: String,
+    last_seen_ms: i64,
+}
+
+impl Kept {
+    /// Reads the first [`KEPT_COLUMNS_WIDTH`] columns of a poll's write.
+    fn read(row: &PgRow) -> rusqlite::Result<Self> {
+        let row = Row::Postgres(row);
+        Ok(Self {
+            row: RawHostRow::read(&row)?,
+            xmin: row.get(HOST_ROW_WIDTH)?,
+            last_seen_ms: row.get(HOST_ROW_WIDTH + 1)?,
+        })
+    }
+}
+
+impl KeptRows {
+    /// Keeps the row a committed poll of `host` wrote (`written`), or forgets the host's when
+    /// that row cannot be read.
+    pub(super) fn keep(&self, host: Uuid, written: &Later) {
+        let kept = match written.rows() {
+            Some(Ok(rows)) if rows.len() == 1 => Kept::read(&rows[0]).map_err(PgError::from),
+            Some(Ok(_)) | None => {
+                self.rows.lock().remove(&host);
+                return;
+            }
+            Some(Err(err)) => Err(err),
+        };
+        match kept {
+            Ok(kept) => self.put(host, kept),
+            Err(err) => {
+                tracing::debug!(host_id = %host, error = %err, "host row written but not kept");
+                self.rows.lock().remove(&host);
+            }
+        }
+    }
+
+    fn put(&self, host: Uuid, kept: Kept) {
+        let mut rows = self.rows.lock();
+        if rows.len() >= MOST_KEPT
+            && !rows.contains_key(&host)
+            && let Some(other) = rows.keys().next().copied()
+        {
+            rows.remove(&other);
+        }
+        rows.insert(host, kept);
+    }
+
+    fn take(&self, host: Uuid) -> Option<Kept> {
+        self.rows.lock().remove(&host)
+    }
+
+    /// How many heartbeats went in one flight, and how many found their kept row moved and
+    /// were recorded the usual way.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.one_flight.load(Ordering::Relaxed),
+            self.fell_back.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// What a heartbeat does, decided from the kept row alone.
+struct Plan {
+    row: HostRow,
+    write: poll_report::Write,
+    stored_seq: Option<u64>,
+    full_report_required: bool,
+}
+
+/// The plan of `poll` on `kept`, when the row alone decides it and the poll writes nothing
+/// but the row (what `hosts::record_poll` would write for it, and nothing it would judge).
+fn plan(poll: &PollRecord, kept: &Kept) -> Option<Plan> {
+    if !poll.may_wait() {
+        return None;
+    }
+    let mut row = HostRow::checked(kept.row.clone(), poll).ok()?;
+    if row.never_polled
+        || row.stopped_since.is_some()
+        || row.overdue_since.is_some()
+        || poll.applied_generation != row.old_applied
+    {
+        return None;
+    }
+    let stored = std::mem::take(&mut row.stored);
+    let stored_seq = stored.seq;
+    let host = poll.host_id.to_string();
+    // A delta that needs a stored base goes the usual way.
+    let needs_read = || StoreError::Batch {
+        reason: "the report needs its stored base".to_owned(),
+    };
+    let outcome = poll_report::decide(&host, stored, |_| Err(needs_read()), &poll.report).ok()?;
+    if outcome.judged || outcome.write.base().is_some() {
+        return None;
+    }
+    Some(Plan {
+        full_report_required: !outcome.applied || row.keys_wanted,
+        row,
+        write: outcome.write,
+        stored_seq,
+    })
+}
+
+impl PgStore {
+    /// Records `poll` in one round trip on the row this replica kept of its host; `None` when
+    /// it must be recorded the usual way (nothing of it was written then).
+    pub(super) fn one_flight(
+        &self,
+        poll: &PollRecord,
+    ) -> Option<StoreResult<(PollRecorded, PollView)>> {
+        if !poll.may_wait() {
+            return None;
+        }
+        let kept = self.kept.take(poll.host_id)?;
+        let plan = plan(poll, &kept)?;
+        let op = "record polls";
+        let mut values = hosts::poll_update_values(poll, &plan.write, false);
+        values.push(ToSqlOutput::Borrowed(ValueRef::from(kept.xmin.as_str())));
+        values.push(ToSqlOutput::Owned(Value::Integer(kept.last_seen_ms)));
+        let params: Vec<&dyn rusqlite::ToSql> = values.iter().map(|v| v as _).collect();
+        let mut session = self.heartbeats.lock();
+        if session.as_ref().is_some_and(Conn::is_closed) {
+            *session = None;
+        }
+        if session.is_none() {
+            match heartbeat_session(&self.config) {
+                Ok(conn) => *session = Some(conn),
+                Err(err) => return Some(Err(sql(op)(err))),
+            }
+        }
+        let conn = session.as_mut()?;
+        // One statement, its own transaction.
+        let written = PgTx::new(conn, true)
+            .prepare_cached(hosts::poll_update(Dialect::Postgres, true))
+            .and_then(|mut statement| {
+                statement
+                    .query_map(&params, |row| {
+                        Ok((
+                            Kept::read(row)?,
+                            Waiting::read(&Row::Postgres(row), KEPT_COLUMNS_WIDTH)?,
+                        ))
+                    })?
+                    .next()
+                    .transpose()
+            });
+        drop(session);
+        match written {
+            Ok(Some((kept, waiting))) => {
+                self.kept.one_flight.fetch_add(1, Ordering::Relaxed);
+                self.kept.put(poll.host_id, kept);
+                Some(self.answer(poll, plan, waiting))
+            }
+            // Another writer moved the row: nothing was written.
+            Ok(None) => {
+                self.kept.fell_back.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(err) => {
+                let err = sql(op)(err);
+                // The server aborted it: the usual way runs it again.
+                if retryable(&err) {
+                    None
+                } else {
+                    Some(Err(err))
+                }
+            }
+        }
+    }
+
+    /// The answer to a heartbeat written in one flight: the queued jobs, when there are any,
+    /// read after it.
+    fn answer(
+        &self,
+        poll: &PollRecord,
+        plan: Plan,
+        waiting: Waiting,
+    ) -> StoreResult<(PollRecorded, PollView)> {
+        let pending = if waiting.jobs_queued() {
+            let host = poll.host_id.to_string();
+            self.read("read poll view", |tx| {
+                waiting.clone().pending(tx.into(), &host)
+            })?
+        } else {
+            waiting.without_jobs()
+        };
+        let (_, report_seq) = plan.write.values();
+        let facts = HostFacts {
+            poll_interval_s: plan.row.poll_interval_s,
+            audit_acked_seq: Some(plan.row.audit_seq.unwrap_or(0)),
+            report_seq: report_seq.or(plan.stored_seq),
+            host_key: plan.row.host_key,
+        };
+        let recorded = PollRecorded {
+            full_report_required: plan.full_report_required,
+            durable: false,
+            ..PollRecorded::default()
+        };
+        Ok((recorded, pending.view(facts)))
+    }
+}
+
+/// The connection heartbeats go on: its transactions wait for no WAL flush, as a batch that
+/// may wait does (decision 0045), so a heartbeat's one statement needs no setting of its own.
+fn heartbeat_session(config: &tokio_postgres::Config) -> Result<Conn, PgError> {
+    let mut conn = Conn::connect(config)?;
+    PgTx::new(&mut conn, true).batch("SET synchronous_commit = off")?;
+    Ok(conn)
+}
