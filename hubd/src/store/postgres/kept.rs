@@ -1,13 +1,13 @@
-//! The host rows a replica last wrote, and the heartbeat they make one round trip
+//! The host rows a replica last wrote, and the heartbeat they make one statement
 //! (decision 0129).
 //!
 //! A poll's write returns the row as it left it, with its version (`xmin`) and when the host
 //! was last seen; the replica keeps that. The host's next heartbeat through the same replica
-//! is decided from the kept row instead of a `SELECT … FOR UPDATE`, and its write is sent
-//! with `BEGIN` and `COMMIT` in one flight, guarded on the kept version: when any other
-//! writer (another replica, the sweep, an operator) changed the row since, the guard matches
-//! nothing, the flight commits nothing, and the poll is recorded the usual way. Only what the
-//! row alone decides goes this way: a delta that needs no base read, carries nothing but the
+//! is decided from the kept row instead of a `SELECT … FOR UPDATE`, and written in one
+//! statement, its own transaction, guarded on the kept version: when any other writer
+//! (another replica, the sweep, an operator) changed the row since, the guard matches
+//! nothing, nothing is written, and the poll is recorded the usual way. Only what the row
+//! alone decides goes this way: a delta that needs no base read, carries nothing but the
 //! report and finds the host neither overdue, stopped, new, nor applying a generation.
 
 use std::collections::HashMap;
@@ -147,7 +147,7 @@ fn plan(poll: &PollRecord, kept: &Kept) -> Option<Plan> {
 }
 
 impl PgStore {
-    /// Records `poll` in one round trip on the row this replica kept of its host; `None` when
+    /// Records `poll` in one statement on the row this replica kept of its host; `None` when
     /// it must be recorded the usual way (nothing of it was written then).
     pub(super) fn one_flight(
         &self,
@@ -212,7 +212,7 @@ impl PgStore {
         }
     }
 
-    /// The answer to a heartbeat written in one flight: the queued jobs, when there are any,
+    /// The answer to a heartbeat written in one statement: the queued jobs, when there are any,
     /// read after it.
     fn answer(
         &self,
