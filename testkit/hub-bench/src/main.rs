@@ -155,6 +155,7 @@ async fn run_phases(
         args.hosts, args.interval
     );
     let polls = fleet_latencies.len();
+    report_worst_each_second("hub polls", rate, &fleet_latencies);
     report_latencies("hub polls", rate, args.duration, fleet_latencies);
     report_cpu("hub polls", fleet_cpu, polls, args.duration);
 
@@ -422,25 +423,34 @@ where
     let capped = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let mut tasks = tokio::task::JoinSet::new();
+    let mut sent = 0;
     while Instant::now() < deadline {
         ticker.tick().await;
         let due = Instant::now();
         let request = make();
         let (slots, capped) = (slots.clone(), capped.clone());
+        let index = sent;
+        sent += 1;
         tasks.spawn(async move {
-            let _slot = match slots.clone().try_acquire_owned() {
-                Ok(slot) => slot,
-                Err(_) => {
-                    capped.fetch_add(1, Ordering::Relaxed);
-                    slots.acquire_owned().await.ok()?
-                }
+            let latency = async {
+                let _slot = match slots.clone().try_acquire_owned() {
+                    Ok(slot) => slot,
+                    Err(_) => {
+                        capped.fetch_add(1, Ordering::Relaxed);
+                        slots.acquire_owned().await.ok()?
+                    }
+                };
+                request.await.map(|_| due.elapsed())
             };
-            request.await.map(|_| due.elapsed())
+            (index, latency.await)
         });
     }
-    let mut out = Vec::new();
+    // In the order they were sent: request n was due n / rate seconds in.
+    let mut out = vec![None; sent];
     while let Some(result) = tasks.join_next().await {
-        out.push(result.ok().flatten());
+        if let Ok((index, latency)) = result {
+            out[index] = latency;
+        }
     }
     let capped = capped.load(Ordering::Relaxed);
     if capped > 0 {
@@ -466,6 +476,27 @@ pub(crate) fn report_latencies(
         ms(percentile(&ok, 500)),
         ms(percentile(&ok, 990)),
         ms(ok.last().copied().unwrap_or_default()),
+    );
+}
+
+/// Prints the slowest answered poll of each second of an [`open_loop`] run at `rate`
+/// (`latencies` in the order sent), so a stall is placed in time.
+pub(crate) fn report_worst_each_second(what: &str, rate: f64, latencies: &[Option<Duration>]) {
+    let mut worst: Vec<Duration> = Vec::new();
+    for (n, latency) in latencies.iter().enumerate() {
+        let due = Duration::try_from_secs_f64(n as f64 / rate).unwrap_or_default();
+        let second = usize::try_from(due.as_secs()).unwrap_or(0);
+        if worst.len() <= second {
+            worst.resize(second + 1, Duration::ZERO);
+        }
+        if let Some(latency) = latency {
+            worst[second] = worst[second].max(*latency);
+        }
+    }
+    let worst: Vec<String> = worst.iter().map(|l| format!("{:.0}", ms(*l))).collect();
+    println!(
+        "{what}: worst poll of each second (ms): {}",
+        worst.join(" ")
     );
 }
 

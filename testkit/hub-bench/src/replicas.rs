@@ -170,6 +170,7 @@ pub(crate) async fn run(
         args.interval,
         urls.len()
     );
+    super::report_worst_each_second("hub polls", rate, &fleet_latencies);
     super::report_latencies("hub polls", rate, args.duration, fleet_latencies);
     let replicas_cpu = cpu_seconds(&survivors) - replicas_before;
     let stats = super::pg_stats::ServerStats::read(url).await?;
