@@ -82,7 +82,7 @@ impl Backend for PgStore {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
-        // A lone heartbeat on the row this replica last wrote: one round trip.
+        // A lone heartbeat on the row this replica last wrote: one statement (decision 0129).
         if let [poll] = polls.as_slice()
             && let Some(outcome) = self.one_flight(poll)
         {
