@@ -23,17 +23,35 @@ struct Agent {
 }
 
 impl Agent {
+    /// A host enrolled in `store` whose first poll, a full report, `store` recorded.
+    fn reported(store: &PgStore) -> Self {
+        let (host, key) = enroll(store, None);
+        let first = poll(host, key);
+        let ReportUpdate::Full { report, .. } = &first.report else {
+            unreachable!("the sample poll carries a full report")
+        };
+        let agent = Self {
+            host,
+            key,
+            last: (**report).clone(),
+            now_ms: NOW,
+        };
+        record(store, first).unwrap();
+        agent
+    }
+
     /// A delta of a new CPU figure on the last report, with the generation it holds.
     fn heartbeat(&mut self, generation: u64) -> PollRecord {
         let mut next = self.last.clone();
-        next.seq += 1;
+        let host = next.host.as_mut().expect("the report has host figures");
+        host.cpu_usage = (host.cpu_usage + 0.01) % 1.0;
+        self.delta(next, generation)
+    }
+
+    /// A delta from the last report to `next` (numbered on from it), 30 s later.
+    fn delta(&mut self, mut next: StateReport, generation: u64) -> PollRecord {
+        next.seq = self.last.seq + 1;
         self.now_ms += 30_000;
-        let cpu = &mut next
-            .host
-            .as_mut()
-            .expect("the report has host figures")
-            .cpu_usage;
-        *cpu = (*cpu + 0.01) % 1.0;
         let mut record = poll(self.host, self.key);
         record.now_ms = self.now_ms;
         record.known_generation = generation;
@@ -56,18 +74,8 @@ fn record(store: &PgStore, poll: PollRecord) -> Result<(PollRecorded, PollView),
 fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another_writer_moved_it() {
     let db = Database::create();
     let (a, b) = (db.open(), db.open());
-    let (host, key) = enroll(&a, None);
-    let first = poll(host, key);
-    let ReportUpdate::Full { report, .. } = &first.report else {
-        unreachable!("the sample poll carries a full report")
-    };
-    let mut agent = Agent {
-        host,
-        key,
-        last: (**report).clone(),
-        now_ms: NOW,
-    };
-    record(&a, first).unwrap();
+    let mut agent = Agent::reported(&a);
+    let host = agent.host;
     assert_eq!(
         a.one_flight_counts(),
         (0, 0),
@@ -153,18 +161,7 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
 fn a_delta_that_needs_its_base_or_a_poll_that_carries_more_goes_the_usual_way() {
     let db = Database::create();
     let store = db.open();
-    let (host, key) = enroll(&store, None);
-    let first = poll(host, key);
-    let ReportUpdate::Full { report, .. } = &first.report else {
-        unreachable!("the sample poll carries a full report")
-    };
-    let mut agent = Agent {
-        host,
-        key,
-        last: (**report).clone(),
-        now_ms: NOW,
-    };
-    record(&store, first).unwrap();
+    let mut agent = Agent::reported(&store);
     // A new agent version: the poll names it, so it is no heartbeat.
     let mut named = agent.heartbeat(0);
     named.versions = Some(("0.2.0".into(), None));
@@ -172,21 +169,11 @@ fn a_delta_that_needs_its_base_or_a_poll_that_carries_more_goes_the_usual_way() 
     assert_eq!(store.one_flight_counts(), (0, 0));
     // A delta of the base (a new guest) needs the stored base read: the usual way.
     let mut next = agent.last.clone();
-    next.seq += 1;
     next.guests = serde_json::from_value(serde_json::json!([{
         "hostname": "web", "vmid": 101, "status": "running"
     }]))
     .unwrap();
-    let mut base = poll(host, key);
-    agent.now_ms += 30_000;
-    base.now_ms = agent.now_ms;
-    base.report = ReportUpdate::Delta(Box::new(ReportDelta::between(
-        &agent.last,
-        agent.last.seq,
-        &next,
-        next.seq,
-    )));
-    agent.last = next;
+    let base = agent.delta(next, 0);
     let (recorded, view) = record(&store, base).unwrap();
     assert!(!recorded.full_report_required);
     assert_eq!(view.report_seq, Some(agent.last.seq));
@@ -199,7 +186,7 @@ fn a_delta_that_needs_its_base_or_a_poll_that_carries_more_goes_the_usual_way() 
         assert_eq!(store.one_flight_counts(), (n, 0));
     }
     assert_eq!(
-        store.host_detail(host).unwrap().last_report.unwrap(),
+        store.host_detail(agent.host).unwrap().last_report.unwrap(),
         agent.last
     );
 }

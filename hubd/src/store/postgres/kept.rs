@@ -113,12 +113,9 @@ struct Plan {
     full_report_required: bool,
 }
 
-/// The plan of `poll` on `kept`, when the row alone decides it and the poll writes nothing
-/// but the row (what `hosts::record_poll` would write for it, and nothing it would judge).
+/// The plan of `poll` (one that may wait, `PollRecord::may_wait`) on `kept`, when the row
+/// alone decides it and the poll writes nothing but the row (what `hosts::record_poll` would write for it, and nothing it would judge).
 fn plan(poll: &PollRecord, kept: &Kept) -> Option<Plan> {
-    if !poll.may_wait() {
-        return None;
-    }
     let mut row = HostRow::checked(kept.row.clone(), poll).ok()?;
     if row.never_polled
         || row.stopped_since.is_some()
