@@ -391,12 +391,27 @@ async fn an_agent_killed_during_a_vm_restore_test_leaves_no_scratch_vm_after_its
     )
     .await;
     destroyed_as_a_vm(&sim, scratch);
-    let tests = journal(&files.state_dir).last_restore_tests().unwrap();
+    // The test is recorded interrupted once the scratch VM is gone, the record written after
+    // the destroy the assertion above saw.
     let guest_id = guest.to_string();
+    let interrupted = || {
+        journal(&files.state_dir)
+            .last_restore_tests()
+            .unwrap()
+            .iter()
+            .any(|t| {
+                t.result.guest_id == guest_id
+                    && t.result.outcome == bosun_agentd::ops::journal::TestOutcome::Interrupted
+            })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !interrupted() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
-        tests.iter().any(|t| t.result.guest_id == guest_id
-            && t.result.outcome == bosun_agentd::ops::journal::TestOutcome::Interrupted),
-        "{tests:?}; the agent's log ends:\n{}",
+        interrupted(),
+        "{:?}; the agent's log ends:\n{}",
+        journal(&files.state_dir).last_restore_tests().unwrap(),
         log_tail(&files.config_path, 60)
     );
     assert!(
