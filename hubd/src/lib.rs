@@ -21,6 +21,8 @@
 //!    the key again)
 //!  watchdog_task (WATCHDOG_USEC / 2): a store read, then WATCHDOG=1 to systemd
 //!  api::agent::poll ─mpsc─► poll_writer_task (one thread, group commit) ─► Store
+//!    (a PostgreSQL heartbeat on the row the replica kept goes from the poll's task, in one
+//!    statement: Store::heartbeat, decision 0130)
 //!  flush_task (every second, and once after serving): makes durable the heartbeats the
 //!    poll writer committed without waiting for the disk
 //! ```

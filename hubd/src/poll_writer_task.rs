@@ -3,8 +3,10 @@
 //! Under load this turns N fsyncs and N lock hand-offs into one, without answering any poll
 //! before what it must keep is durable (decision 0045).
 //!
-//! A poll that may wait for the disk, arriving while the store's writer is free, is recorded
-//! at once on the caller's own thread instead ([`Store::record_poll_now`](crate::store::PollStore::record_poll_now)): a SQLite hub's
+//! A PostgreSQL heartbeat on the host row the replica last wrote goes from the caller's task
+//! in one statement, without the writer (decision 0130). A poll that may wait for the disk,
+//! arriving while the store's writer is free, is recorded at once on the caller's own thread
+//! instead ([`Store::record_poll_now`](crate::store::PollStore::record_poll_now)): a SQLite hub's
 //! usual heartbeat then costs no hand-off to the writer's thread and back, which at a few
 //! hundred polls a second (one poll a batch) was a good part of a poll's cost.
 
@@ -39,6 +41,13 @@ impl PollWriterHandle {
 
     /// Records one poll and returns what it changed and the state to answer with.
     pub async fn record(&self, poll: PollRecord) -> StoreResult<(PollRecorded, PollView)> {
+        // A PostgreSQL heartbeat on the row this replica last wrote: one statement from this
+        // task (decision 0130); a row moved since is for the writer, which reads it again.
+        if let Some(heartbeat) = self.store.clone().heartbeat(&poll)
+            && let Some(outcome) = heartbeat.await
+        {
+            return outcome;
+        }
         // Only when no batch waits either: polls queued before this one go first.
         if self.queue.capacity() == self.queue.max_capacity()
             && let Some(outcome) = self.store.record_poll_now(&poll)

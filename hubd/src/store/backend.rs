@@ -11,6 +11,8 @@ use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
 use bosun_proto::operator_token::OperatorTokenInfo;
 use bosun_proto::oplog::OperationRecord;
+use std::sync::Arc;
+
 use rusqlite::params;
 use uuid::Uuid;
 
@@ -22,10 +24,10 @@ use super::traits::{
 };
 use super::tx::{Dialect, Tx};
 use super::{
-    ArtifactBytes, DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts,
-    HostCredentials, NewEnrollToken, NewJob, NewOperatorToken, OperationQuery, OperatorTokenRecord,
-    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange,
-    host_key_rotation, hosts, hub_keys, operator_tokens,
+    ArtifactBytes, DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, Heartbeat,
+    HostCounts, HostCredentials, NewEnrollToken, NewJob, NewOperatorToken, OperationQuery,
+    OperatorTokenRecord, PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp,
+    WatchChange, host_key_rotation, hosts, hub_keys, operator_tokens,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -53,6 +55,12 @@ pub(super) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
     /// See [`Store::record_poll_now`](crate::store::PollStore::record_poll_now); a store that must wait for a server never does.
     fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
+        let _ = poll;
+        None
+    }
+    /// See [`Store::heartbeat`](crate::store::PollStore::heartbeat); a store that writes on its
+    /// caller's thread has none.
+    fn heartbeat<'a>(self: Arc<Self>, poll: &'a PollRecord) -> Option<Heartbeat<'a>> {
         let _ = poll;
         None
     }
@@ -325,6 +333,9 @@ impl<B: Backend> PollStore for B {
     }
     fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
         Backend::record_poll_now(self, poll)
+    }
+    fn heartbeat<'a>(self: Arc<Self>, poll: &'a PollRecord) -> Option<Heartbeat<'a>> {
+        Backend::heartbeat(self, poll)
     }
     fn sync(&self) -> StoreResult<()> {
         Backend::sync(self)

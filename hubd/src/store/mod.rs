@@ -63,8 +63,8 @@ pub use operator_tokens::{NewOperatorToken, OperatorTokenRecord};
 pub use restored::RestoredHub;
 pub use retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 pub use traits::{
-    AccessStore, AlertStore, ArtifactStore, AuditStore, HostStore, HubKeyStore, JobStore,
-    PollStore, Store,
+    AccessStore, AlertStore, ArtifactStore, AuditStore, Heartbeat, HostStore, HubKeyStore,
+    JobStore, PollStore, Store,
 };
 
 #[cfg(test)]

@@ -1,7 +1,11 @@
-//! A heartbeat in one round trip on the host row a replica kept (decision 0129), against a
-//! real server: it goes in one flight on the row the replica last wrote, and whatever another
+//! A heartbeat in one round trip on the host row a replica kept (decisions 0129, 0130), against
+//! a real server and through the poll writer's handle, as the hub records polls: it goes in
+//! one flight from the caller's task on the row the replica last wrote, and whatever another
 //! writer did to the row since (another replica's poll, a desired state, a job, the sweep, a
 //! revocation) sends it the usual way with the same answer.
+
+use std::ops::Deref;
+use std::sync::Arc;
 
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::report::StateReport;
@@ -10,9 +14,43 @@ use uuid::Uuid;
 use super::super::{NewJob, PollRecord, PollRecorded, PollView, ReportUpdate, StoreError};
 use super::pg::Database;
 use super::{NOW, enroll, poll, sample_desired};
+use crate::poll_writer_task::PollWriterHandle;
 use crate::secret::SecretHash;
 use crate::store::postgres::PgStore;
 use crate::store::{HostStore as _, JobStore as _, PollStore as _};
+
+/// A hub replica's store and its poll writer, polls recorded as the hub records them.
+struct Replica {
+    store: Arc<PgStore>,
+    writer: PollWriterHandle,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Replica {
+    fn open(db: &Database) -> Self {
+        let store = Arc::new(db.open());
+        Self {
+            writer: PollWriterHandle::spawn(store.clone()).unwrap(),
+            store,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+
+    fn record(&self, poll: PollRecord) -> Result<(PollRecorded, PollView), StoreError> {
+        self.rt.block_on(self.writer.record(poll))
+    }
+}
+
+impl Deref for Replica {
+    type Target = PgStore;
+
+    fn deref(&self) -> &PgStore {
+        &self.store
+    }
+}
 
 /// A host's agent: the last report it sent, numbered.
 struct Agent {
@@ -24,8 +62,8 @@ struct Agent {
 
 impl Agent {
     /// A host enrolled in `store` whose first poll, a full report, `store` recorded.
-    fn reported(store: &PgStore) -> Self {
-        let (host, key) = enroll(store, None);
+    fn reported(store: &Replica) -> Self {
+        let (host, key) = enroll(&*store.store, None);
         let first = poll(host, key);
         let ReportUpdate::Full { report, .. } = &first.report else {
             unreachable!("the sample poll carries a full report")
@@ -36,7 +74,7 @@ impl Agent {
             last: (**report).clone(),
             now_ms: NOW,
         };
-        record(store, first).unwrap();
+        store.record(first).unwrap();
         agent
     }
 
@@ -66,14 +104,10 @@ impl Agent {
     }
 }
 
-fn record(store: &PgStore, poll: PollRecord) -> Result<(PollRecorded, PollView), StoreError> {
-    store.record_polls(vec![poll]).unwrap().remove(0)
-}
-
 #[test]
 fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another_writer_moved_it() {
     let db = Database::create();
-    let (a, b) = (db.open(), db.open());
+    let (a, b) = (Replica::open(&db), Replica::open(&db));
     let mut agent = Agent::reported(&a);
     let host = agent.host;
     assert_eq!(
@@ -83,7 +117,7 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
     );
 
     // Replica a wrote the row last: one flight.
-    let (recorded, view) = record(&a, agent.heartbeat(0)).unwrap();
+    let (recorded, view) = a.record(agent.heartbeat(0)).unwrap();
     assert!(!recorded.full_report_required && !recorded.durable);
     assert_eq!(view.report_seq, Some(2));
     assert_eq!(a.one_flight_counts(), (1, 0));
@@ -93,9 +127,9 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
     // Replica b writes the row; a's next heartbeat finds its kept row moved and goes the
     // usual way, merged on what b stored (the guard missing, it would be merged on seq 2's
     // row and refused for want of a base).
-    let (recorded, _) = record(&b, agent.heartbeat(0)).unwrap();
+    let (recorded, _) = b.record(agent.heartbeat(0)).unwrap();
     assert!(!recorded.full_report_required);
-    let (recorded, view) = record(&a, agent.heartbeat(0)).unwrap();
+    let (recorded, view) = a.record(agent.heartbeat(0)).unwrap();
     assert!(!recorded.full_report_required, "{recorded:?}");
     assert_eq!(view.report_seq, Some(4));
     assert_eq!(a.one_flight_counts(), (1, 1));
@@ -103,7 +137,7 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
         b.host_detail(host).unwrap().last_report.unwrap(),
         agent.last
     );
-    record(&a, agent.heartbeat(0)).unwrap();
+    a.record(agent.heartbeat(0)).unwrap();
     assert_eq!(a.one_flight_counts(), (2, 1), "kept again by the usual way");
 
     // A job queued and a desired state set through b reach the next answer through a.
@@ -118,16 +152,16 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
         now_ms: agent.now_ms,
     })
     .unwrap();
-    let (_, view) = record(&a, agent.heartbeat(0)).unwrap();
+    let (_, view) = a.record(agent.heartbeat(0)).unwrap();
     assert_eq!(view.jobs, [(b"{\"job\":1}".to_vec(), "sig".to_owned())]);
     let accepted = b.put_desired(sample_desired(host, agent.now_ms)).unwrap();
-    let (_, view) = record(&a, agent.heartbeat(0)).unwrap();
+    let (_, view) = a.record(agent.heartbeat(0)).unwrap();
     assert_eq!(view.generation, accepted.generation);
     assert!(
         view.desired_json.is_some(),
         "the agent does not know it yet"
     );
-    let (_, view) = record(&a, agent.heartbeat(accepted.generation)).unwrap();
+    let (_, view) = a.record(agent.heartbeat(accepted.generation)).unwrap();
     assert_eq!(view.generation, accepted.generation);
     assert!(view.desired_json.is_none(), "the agent knows it");
     assert_eq!(view.jobs.len(), 1, "the job is still queued");
@@ -140,7 +174,7 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
         .unwrap();
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     agent.now_ms = silent;
-    let (recorded, _) = record(&a, agent.heartbeat(accepted.generation)).unwrap();
+    let (recorded, _) = a.record(agent.heartbeat(accepted.generation)).unwrap();
     assert!(recorded.recovered && recorded.durable, "{recorded:?}");
     assert_eq!(
         a.one_flight_counts().0,
@@ -150,7 +184,7 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
 
     // Revoked through b: a's kept row says active, the host row does not.
     b.revoke_host(host, agent.now_ms).unwrap();
-    let refused = record(&a, agent.heartbeat(accepted.generation)).unwrap_err();
+    let refused = a.record(agent.heartbeat(accepted.generation)).unwrap_err();
     assert!(
         matches!(refused, StoreError::HostNotActive { .. }),
         "{refused:?}"
@@ -160,12 +194,12 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
 #[test]
 fn a_delta_that_needs_its_base_or_a_poll_that_carries_more_goes_the_usual_way() {
     let db = Database::create();
-    let store = db.open();
+    let store = Replica::open(&db);
     let mut agent = Agent::reported(&store);
     // A new agent version: the poll names it, so it is no heartbeat.
     let mut named = agent.heartbeat(0);
     named.versions = Some(("0.2.0".into(), None));
-    record(&store, named).unwrap();
+    store.record(named).unwrap();
     assert_eq!(store.one_flight_counts(), (0, 0));
     // A delta of the base (a new guest) needs the stored base read: the usual way.
     let mut next = agent.last.clone();
@@ -174,13 +208,13 @@ fn a_delta_that_needs_its_base_or_a_poll_that_carries_more_goes_the_usual_way() 
     }]))
     .unwrap();
     let base = agent.delta(next, 0);
-    let (recorded, view) = record(&store, base).unwrap();
+    let (recorded, view) = store.record(base).unwrap();
     assert!(!recorded.full_report_required);
     assert_eq!(view.report_seq, Some(agent.last.seq));
     assert_eq!(store.one_flight_counts(), (0, 0));
     // Then the heartbeats go in one flight, each on the row the one before wrote.
     for n in 1..=3 {
-        let (recorded, view) = record(&store, agent.heartbeat(0)).unwrap();
+        let (recorded, view) = store.record(agent.heartbeat(0)).unwrap();
         assert!(!recorded.full_report_required);
         assert_eq!(view.report_seq, Some(agent.last.seq));
         assert_eq!(store.one_flight_counts(), (n, 0));

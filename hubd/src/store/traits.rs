@@ -6,6 +6,8 @@ use bosun_proto::admin::{
 use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
 use bosun_proto::oplog::OperationRecord;
+use std::sync::Arc;
+
 use uuid::Uuid;
 
 use crate::deadman::DeadManConfig;
@@ -171,6 +173,10 @@ pub trait HostStore: Send + Sync {
     ) -> StoreResult<Vec<super::history::HistoryBucket>>;
 }
 
+/// A heartbeat on its way ([`PollStore::heartbeat`]).
+pub type Heartbeat<'a> =
+    futures::future::BoxFuture<'a, Option<StoreResult<(PollRecorded, PollView)>>>;
+
 /// The store's calls about polls and the sweeps: recording polls, what a poll answers, durability, the dead-man and backup sweeps, wake-ups.
 pub trait PollStore: Send + Sync {
     /// Records a batch of polls in one transaction (group commit). One refused poll (unknown
@@ -190,6 +196,12 @@ pub trait PollStore: Send + Sync {
     /// poll writer. A poll recorded here is committed but not yet durable: when it says it must
     /// be ([`PollRecorded::durable`]), call [`Store::sync`](crate::store::PollStore::sync) before answering it.
     fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>>;
+    /// Records a heartbeat from the caller's task, without the poll writer, when the store
+    /// can: a PostgreSQL store writing, in one statement, the host row it last wrote itself
+    /// (decisions 0129, 0130). `None`: it cannot; the future's `None`: it could not after all
+    /// and wrote nothing of the poll. Either way, send the poll to the poll writer. What it
+    /// records may wait for the disk, as [`Store::flush`](crate::store::PollStore::flush) says.
+    fn heartbeat<'a>(self: Arc<Self>, poll: &'a PollRecord) -> Option<Heartbeat<'a>>;
     /// Makes durable what was committed ([`Store::record_poll_now`](crate::store::PollStore::record_poll_now)).
     fn sync(&self) -> StoreResult<()>;
     /// Makes the batches of polls [`Store::record_polls`](crate::store::PollStore::record_polls) left to be made durable later

@@ -100,7 +100,8 @@ impl ToSql for PgParam {
 pub(in crate::store) struct PgRow(Vec<Value>);
 
 impl PgRow {
-    fn decode(row: &tokio_postgres::Row) -> Result<Self, PgError> {
+    /// Decodes a row as rusqlite would read it.
+    pub(in crate::store) fn decode(row: &tokio_postgres::Row) -> Result<Self, PgError> {
         let mut values = Vec::with_capacity(row.len());
         for (index, column) in row.columns().iter().enumerate() {
             let value = match *column.type_() {
@@ -170,7 +171,7 @@ impl ColumnIndex for i32 {
 }
 
 /// Turns rusqlite parameters into PostgreSQL ones.
-fn convert(params: &[&dyn rusqlite::ToSql]) -> Result<Vec<PgParam>, PgError> {
+pub(in crate::store) fn convert(params: &[&dyn rusqlite::ToSql]) -> Result<Vec<PgParam>, PgError> {
     params
         .iter()
         .map(|param| {

@@ -9,12 +9,18 @@
 //! nothing, nothing is written, and the poll is recorded the usual way. Only what the row
 //! alone decides goes this way: a delta that needs no base read, carries nothing but the
 //! report and finds the host neither overdue, stopped, new, nor applying a generation.
+//!
+//! The statement is sent from the poll's own task, before the poll would be queued for the
+//! poll writer, on one session the hub's runtime drives (decision 0130): no thread stands
+//! between a heartbeat and the server.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::super::host_row::{HOST_ROW_WIDTH, HostFacts, HostRow, RawHostRow};
@@ -22,8 +28,10 @@ use super::super::hosts::{self, KEPT_COLUMNS_WIDTH};
 use super::super::pending::Waiting;
 use super::super::poll_report;
 use super::super::tx::{Dialect, Row};
-use super::super::{PollRecord, PollRecorded, PollView, StoreError, StoreResult};
-use super::conn::{Conn, Later, PgError, PgRow, PgTx, sql};
+use super::super::{
+    Heartbeat, PollRecord, PollRecorded, PollView, StoreError, StoreResult, retention,
+};
+use super::conn::{Later, PgError, PgParam, PgRow, convert, sql};
 use super::{PgStore, retryable};
 
 /// Most rows one replica keeps (about 1.5 KB each: the live parts of two reports); past it an
@@ -144,53 +152,56 @@ fn plan(poll: &PollRecord, kept: &Kept) -> Option<Plan> {
 }
 
 impl PgStore {
-    /// Records `poll` in one statement on the row this replica kept of its host; `None` when
-    /// it must be recorded the usual way (nothing of it was written then).
-    pub(super) fn one_flight(
-        &self,
-        poll: &PollRecord,
-    ) -> Option<StoreResult<(PollRecorded, PollView)>> {
+    /// Records `poll` in one statement on the row this replica kept of its host, sent from the
+    /// caller's task on the heartbeat session ([`Heartbeats`]); `None` when the poll is no
+    /// heartbeat or the row was not kept, and the future's `None` when it must be recorded the
+    /// usual way after all (nothing of it was written then).
+    pub(super) fn heartbeat_on_kept_row<'a>(
+        self: Arc<Self>,
+        poll: &'a PollRecord,
+    ) -> Option<Heartbeat<'a>> {
         if !poll.may_wait() {
             return None;
         }
         let kept = self.kept.take(poll.host_id)?;
         let plan = plan(poll, &kept)?;
+        Some(Box::pin(self.one_flight(poll, kept, plan)))
+    }
+
+    async fn one_flight(
+        self: Arc<Self>,
+        poll: &PollRecord,
+        kept: Kept,
+        plan: Plan,
+    ) -> Option<StoreResult<(PollRecorded, PollView)>> {
         let op = "record polls";
-        let mut values = hosts::poll_update_values(poll, &plan.write, false);
-        values.push(ToSqlOutput::Borrowed(ValueRef::from(kept.xmin.as_str())));
-        values.push(ToSqlOutput::Owned(Value::Integer(kept.last_seen_ms)));
-        let params: Vec<&dyn rusqlite::ToSql> = values.iter().map(|v| v as _).collect();
-        let mut session = self.heartbeats.lock();
-        if session.as_ref().is_some_and(Conn::is_closed) {
-            *session = None;
-        }
-        if session.is_none() {
-            match heartbeat_session(&self.config) {
-                Ok(conn) => *session = Some(conn),
+        let params = {
+            let mut values = hosts::poll_update_values(poll, &plan.write, false);
+            values.push(ToSqlOutput::Borrowed(ValueRef::from(kept.xmin.as_str())));
+            values.push(ToSqlOutput::Owned(Value::Integer(kept.last_seen_ms)));
+            let params: Vec<&dyn rusqlite::ToSql> = values.iter().map(|v| v as _).collect();
+            match convert(&params) {
+                Ok(params) => params,
                 Err(err) => return Some(Err(sql(op)(err))),
             }
-        }
-        let conn = session.as_mut()?;
+        };
         // One statement, its own transaction.
-        let written = PgTx::new(conn, true)
-            .prepare_cached(hosts::poll_update(Dialect::Postgres, true))
-            .and_then(|mut statement| {
-                statement
-                    .query_map(&params, |row| {
-                        Ok((
-                            Kept::read(row)?,
-                            Waiting::read(&Row::Postgres(row), KEPT_COLUMNS_WIDTH)?,
-                        ))
-                    })?
-                    .next()
-                    .transpose()
-            });
-        drop(session);
+        let written = self.heartbeats.write(&self.config, &params).await;
+        let written = written.and_then(|rows| {
+            let Some(row) = rows.first() else {
+                return Ok(None);
+            };
+            let row = PgRow::decode(row)?;
+            Ok(Some((
+                Kept::read(&row)?,
+                Waiting::read(&Row::Postgres(&row), KEPT_COLUMNS_WIDTH)?,
+            )))
+        });
         match written {
             Ok(Some((kept, waiting))) => {
                 self.kept.one_flight.fetch_add(1, Ordering::Relaxed);
                 self.kept.put(poll.host_id, kept);
-                Some(self.answer(poll, plan, waiting))
+                Some(self.answer(poll, plan, waiting).await)
             }
             // Another writer moved the row: nothing was written.
             Ok(None) => {
@@ -211,17 +222,22 @@ impl PgStore {
 
     /// The answer to a heartbeat written in one statement: the queued jobs, when there are any,
     /// read after it.
-    fn answer(
-        &self,
+    async fn answer(
+        self: Arc<Self>,
         poll: &PollRecord,
         plan: Plan,
         waiting: Waiting,
     ) -> StoreResult<(PollRecorded, PollView)> {
         let pending = if waiting.jobs_queued() {
+            // The store's reads block their thread.
             let host = poll.host_id.to_string();
-            self.read("read poll view", |tx| {
-                waiting.clone().pending(tx.into(), &host)
-            })?
+            tokio::task::spawn_blocking(move || {
+                self.read("read poll view", |tx| {
+                    waiting.clone().pending(tx.into(), &host)
+                })
+            })
+            .await
+            .map_err(|source| StoreError::Worker { source })??
         } else {
             waiting.without_jobs()
         };
@@ -241,10 +257,64 @@ impl PgStore {
     }
 }
 
-/// The connection heartbeats go on: its transactions wait for no WAL flush, as a batch that
-/// may wait does (decision 0045), so a heartbeat's one statement needs no setting of its own.
-fn heartbeat_session(config: &tokio_postgres::Config) -> Result<Conn, PgError> {
-    let mut conn = Conn::connect(config)?;
-    PgTx::new(&mut conn, true).batch("SET synchronous_commit = off")?;
-    Ok(conn)
+/// The session heartbeats are written on, one statement each, driven by the runtime of the
+/// tasks that send them (the hub's): a heartbeat waits on its own task, with no thread between
+/// it and the server, and heartbeats sent together share the session's round trips. Its
+/// transactions wait for no WAL flush, as a batch that may wait does (decision 0045), so a
+/// heartbeat's one statement needs no setting of its own.
+#[derive(Debug, Default)]
+pub(super) struct Heartbeats {
+    open: Mutex<Option<Arc<Session>>>,
+    /// Held while the session is (re)opened, so one connection is made, not one a heartbeat.
+    opening: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+struct Session {
+    client: tokio_postgres::Client,
+    write: tokio_postgres::Statement,
+}
+
+impl Heartbeats {
+    /// Runs the guarded write with `params`; its rows (none when the guard matched nothing).
+    async fn write(
+        &self,
+        config: &tokio_postgres::Config,
+        params: &[PgParam],
+    ) -> Result<Vec<tokio_postgres::Row>, PgError> {
+        let session = self.session(config).await?;
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        Ok(session.client.query(&session.write, &refs).await?)
+    }
+
+    fn current(&self) -> Option<Arc<Session>> {
+        self.open
+            .lock()
+            .as_ref()
+            .filter(|session| !session.client.is_closed())
+            .cloned()
+    }
+
+    async fn session(&self, config: &tokio_postgres::Config) -> Result<Arc<Session>, PgError> {
+        if let Some(session) = self.current() {
+            return Ok(session);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(session) = self.current() {
+            return Ok(session);
+        }
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "heartbeat session closed");
+            }
+        });
+        client.batch_execute("SET synchronous_commit = off").await?;
+        let text = retention::dollar_placeholders(hosts::poll_update(Dialect::Postgres, true));
+        let write = client.prepare(&text).await?;
+        let session = Arc::new(Session { client, write });
+        *self.open.lock() = Some(session.clone());
+        Ok(session)
+    }
 }

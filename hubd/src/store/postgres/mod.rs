@@ -3,7 +3,9 @@
 //! Store calls come from the hub's blocking pool (and the poll writer's thread), as with SQLite,
 //! and run on `tokio-postgres` connections driven on the calling thread, from a bounded pool
 //! (`conn`); the `LISTEN` connection is a `tokio-postgres` one on the store's
-//! own small runtime. The [`Store`](super::Store) trait stays synchronous for both backends.
+//! own small runtime. The [`Store`](super::Store) trait stays synchronous for both backends,
+//! but for one call: a heartbeat on the host row the replica kept is sent from the poll's own
+//! task, on a session the hub's runtime drives (`kept`, decisions 0129 and 0130).
 //!
 //! What one SQLite writer gave for free is explicit here (decision 0023):
 //! - every write about a host locks the host's row first (`FOR UPDATE`); a poll batch locks its
@@ -65,8 +67,8 @@ pub struct PgStore {
     schema: schema::PgSchema,
     /// The host rows this replica last wrote (decision 0129).
     kept: kept::KeptRows,
-    /// The session heartbeats are written on in one statement each (decision 0129).
-    heartbeats: Mutex<Option<Conn>>,
+    /// The session heartbeats are written on in one statement each (decisions 0129, 0130).
+    heartbeats: kept::Heartbeats,
 }
 
 #[derive(Default)]
@@ -92,11 +94,10 @@ impl Drop for PgStore {
         }
         let idle = self.pool.take_idle();
         let session = self.sweeper.get_mut().session.take();
-        let heartbeats = self.heartbeats.get_mut().take();
-        if !idle.is_empty() || session.is_some() || heartbeats.is_some() {
+        if !idle.is_empty() || session.is_some() {
             let _ = std::thread::Builder::new()
                 .name("bosun-pg-close".into())
-                .spawn(move || drop((idle, session, heartbeats)));
+                .spawn(move || drop((idle, session)));
         }
     }
 }
@@ -158,7 +159,7 @@ impl PgStore {
             target,
             schema,
             kept: kept::KeptRows::default(),
-            heartbeats: Mutex::new(None),
+            heartbeats: kept::Heartbeats::default(),
         };
         store.migrate()?;
         tracing::info!(database = store.target, "postgresql store open");

@@ -1,6 +1,8 @@
 //! [`Store`] for [`PgStore`]: each call one transaction through the statements of the
 //! `pg_*` modules (the row locks and wake-ups are described in [`super`]).
 
+use std::sync::Arc;
+
 use bosun_proto::admin::Alert;
 use rusqlite::params;
 
@@ -9,8 +11,8 @@ use super::super::operator_tokens::INIT_TOKEN_NAME;
 use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::tx::Tx;
 use super::super::{
-    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange, hosts, sweep,
-    watch,
+    Heartbeat, PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange,
+    hosts, sweep, watch,
 };
 use super::conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::{PRUNE_SLICE, PgStore, SWEEP_SLICE, listen, retryable};
@@ -78,16 +80,14 @@ impl Backend for PgStore {
         })
     }
 
+    fn heartbeat<'a>(self: Arc<Self>, poll: &'a PollRecord) -> Option<Heartbeat<'a>> {
+        self.heartbeat_on_kept_row(poll)
+    }
+
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
-        // A lone heartbeat on the row this replica last wrote: one statement (decision 0129).
-        if let [poll] = polls.as_slice()
-            && let Some(outcome) = self.one_flight(poll)
-        {
-            return Ok(vec![outcome]);
-        }
         // In host-id order: each poll locks its host's row as it reads it, so batches of
         // different replicas take their locks in one order and wait for each other instead of
         // deadlocking (two polls of one host keep theirs).
