@@ -16,7 +16,7 @@ use super::pg::Database;
 use super::{NOW, enroll, poll, sample_desired};
 use crate::poll_writer_task::PollWriterHandle;
 use crate::secret::SecretHash;
-use crate::store::postgres::PgStore;
+use crate::store::postgres::{HEARTBEAT_SESSION_NAME, PgStore};
 use crate::store::{HostStore as _, JobStore as _, PollStore as _};
 
 /// A hub replica's store and its poll writer, polls recorded as the hub records them.
@@ -219,6 +219,39 @@ fn a_delta_that_needs_its_base_or_a_poll_that_carries_more_goes_the_usual_way() 
         assert_eq!(view.report_seq, Some(agent.last.seq));
         assert_eq!(store.one_flight_counts(), (n, 0));
     }
+    assert_eq!(
+        store.host_detail(agent.host).unwrap().last_report.unwrap(),
+        agent.last
+    );
+}
+
+#[test]
+fn a_heartbeat_whose_session_the_server_ended_goes_the_usual_way_and_the_next_opens_another() {
+    let db = Database::create();
+    let store = Replica::open(&db);
+    let mut agent = Agent::reported(&store);
+    store.record(agent.heartbeat(0)).unwrap();
+    assert_eq!(store.one_flight_counts(), (1, 0));
+
+    // An administrator ends the heartbeat session between two heartbeats.
+    let mut admin = postgres::Client::connect(db.url(), postgres::NoTls).unwrap();
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&HEARTBEAT_SESSION_NAME],
+        )
+        .unwrap();
+    assert_eq!(ended.len(), 1, "one heartbeat session, named");
+
+    // The next heartbeat finds the session gone: recorded the usual way, merged, answered.
+    let (recorded, view) = store.record(agent.heartbeat(0)).unwrap();
+    assert!(!recorded.full_report_required, "{recorded:?}");
+    assert_eq!(view.report_seq, Some(agent.last.seq));
+    assert_eq!(store.one_flight_counts(), (1, 0));
+    // The one after goes in one statement on a new session.
+    let (_, view) = store.record(agent.heartbeat(0)).unwrap();
+    assert_eq!(view.report_seq, Some(agent.last.seq));
+    assert_eq!(store.one_flight_counts(), (2, 0));
     assert_eq!(
         store.host_detail(agent.host).unwrap().last_report.unwrap(),
         agent.last

@@ -186,7 +186,10 @@ impl PgStore {
             }
         };
         // One statement, its own transaction.
-        let written = self.heartbeats.write(&self.config, &params).await;
+        // `None`: there was no session, or it was lost under the statement. Whether it ran or
+        // not, the usual way reads the row as it is (a delta merged already finds its base
+        // gone and asks for the full report).
+        let written = self.heartbeats.write(&self.config, &params).await?;
         let written = written.and_then(|rows| {
             let Some(row) = rows.first() else {
                 return Ok(None);
@@ -257,6 +260,23 @@ impl PgStore {
     }
 }
 
+/// The heartbeat session's `application_name`, as `pg_stat_activity` shows it.
+pub const SESSION_NAME: &str = "bosun-hubd heartbeats";
+
+/// Whether the heartbeat session ended under a statement: its connection closed or failed,
+/// or the server ended the session (an administrator, a shutdown, an idle timeout: class
+/// 57P). A parameter that could not be sent or a statement the server refused is not.
+fn session_lost(err: &tokio_postgres::Error) -> bool {
+    use std::error::Error as _;
+    err.is_closed()
+        || err
+            .code()
+            .is_some_and(|code| code.code().starts_with("57P"))
+        || err
+            .source()
+            .is_some_and(|source| source.is::<std::io::Error>())
+}
+
 /// The session heartbeats are written on, one statement each, driven by the runtime of the
 /// tasks that send them (the hub's): a heartbeat waits on its own task, with no thread between
 /// it and the server, and heartbeats sent together share the session's round trips. Its
@@ -276,16 +296,40 @@ struct Session {
 }
 
 impl Heartbeats {
-    /// Runs the guarded write with `params`; its rows (none when the guard matched nothing).
+    /// Runs the guarded write with `params`: its rows (none when the guard matched nothing), or
+    /// `None` when no session could be opened or it ended under the statement (which may have
+    /// run).
     async fn write(
         &self,
         config: &tokio_postgres::Config,
         params: &[PgParam],
-    ) -> Result<Vec<tokio_postgres::Row>, PgError> {
-        let session = self.session(config).await?;
+    ) -> Option<Result<Vec<tokio_postgres::Row>, PgError>> {
+        let session = match self.session(config).await {
+            Ok(session) => session,
+            Err(err) => {
+                tracing::debug!(error = %err, "no heartbeat session; recorded the usual way");
+                return None;
+            }
+        };
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        Ok(session.client.query(&session.write, &refs).await?)
+        match session.client.query(&session.write, &refs).await {
+            Ok(rows) => Some(Ok(rows)),
+            Err(err) if session_lost(&err) => {
+                tracing::debug!(error = %err, "heartbeat session lost; recorded the usual way");
+                // The next heartbeat opens a new one (this one's connection may not have
+                // closed yet).
+                let mut open = self.open.lock();
+                if open
+                    .as_ref()
+                    .is_some_and(|open| Arc::ptr_eq(open, &session))
+                {
+                    *open = None;
+                }
+                None
+            }
+            Err(err) => Some(Err(err.into())),
+        }
     }
 
     fn current(&self) -> Option<Arc<Session>> {
@@ -304,7 +348,11 @@ impl Heartbeats {
         if let Some(session) = self.current() {
             return Ok(session);
         }
-        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        let (client, connection) = config
+            .clone()
+            .application_name(SESSION_NAME)
+            .connect(tokio_postgres::NoTls)
+            .await?;
         tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(error = %err, "heartbeat session closed");

@@ -37,6 +37,7 @@ pub(super) use conn::sql;
 use conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 
 pub use conn::WAKE_CHANNEL;
+pub use kept::SESSION_NAME as HEARTBEAT_SESSION_NAME;
 
 /// Advisory-lock key of the sweeper (`'bosunswp'` as an integer).
 pub const SWEEPER_LOCK: i64 = 0x626f_7375_6e73_7770;
