@@ -229,32 +229,47 @@ const POLL_UPDATE_SQL: &str = "
 /// `last_seen_ms`, what the replica's next write of it is guarded on: decision 0129).
 pub(super) const KEPT_COLUMNS_WIDTH: usize = HOST_ROW_WIDTH + 2;
 
-/// [`POLL_UPDATE_SQL`] as each store sends it: PostgreSQL's returns the row it wrote
-/// (`guarded`: only while the row is the version `?15`, last seen at `?16`, then also what
-/// waits for the host, [`super::pending::WAITING_COLUMNS`], for the generation `?4`).
-pub(super) fn poll_update(dialect: Dialect, guarded: bool) -> &'static str {
-    static TEXT: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+/// The forms of [`POLL_UPDATE_SQL`] a store sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PollWrite {
+    /// A poll recorded the usual way: PostgreSQL's returns the row it wrote.
+    Usual,
+    /// A heartbeat on a kept row (decision 0129): only while the row is the version `?15`,
+    /// last seen at `?16`; it returns the row, then what waits for the host
+    /// ([`super::pending::WAITING_COLUMNS`]) for the generation `?4`.
+    Guarded,
+    /// [`Self::Guarded`] without what waits: the replica kept it, and a guard that holds says
+    /// it did not change (decision 0131).
+    GuardedKnown,
+}
+
+/// [`POLL_UPDATE_SQL`] as `dialect` sends it in the form `write` (SQLite has one form).
+pub(super) fn poll_update(dialect: Dialect, write: PollWrite) -> &'static str {
+    static TEXT: std::sync::LazyLock<[String; 3]> = std::sync::LazyLock::new(|| {
         let returning = |guard: &str, waiting: &str| {
             format!(
                 "{update}{guard} RETURNING {HOST_ROW_COLUMNS}, CAST(h.xmin AS TEXT), h.last_seen_ms{waiting}",
                 update = POLL_UPDATE_SQL.replacen("UPDATE hosts SET", "UPDATE hosts h SET", 1),
             )
         };
+        let guard = " AND h.xmin = CAST(CAST(?15 AS TEXT) AS xid) AND h.last_seen_ms = ?16";
         [
             returning("", ""),
             returning(
-                " AND h.xmin = CAST(CAST(?15 AS TEXT) AS xid) AND h.last_seen_ms = ?16",
+                guard,
                 &format!(
                     ", {}",
                     super::pending::WAITING_COLUMNS.replace("?2", "CAST(?4 AS BIGINT)")
                 ),
             ),
+            returning(guard, ""),
         ]
     });
-    match (dialect, guarded) {
+    match (dialect, write) {
         (Dialect::Sqlite, _) => POLL_UPDATE_SQL,
-        (Dialect::Postgres, false) => &TEXT[0],
-        (Dialect::Postgres, true) => &TEXT[1],
+        (Dialect::Postgres, PollWrite::Usual) => &TEXT[0],
+        (Dialect::Postgres, PollWrite::Guarded) => &TEXT[1],
+        (Dialect::Postgres, PollWrite::GuardedKnown) => &TEXT[2],
     }
 }
 
@@ -355,7 +370,7 @@ pub(super) fn record_poll(tx: Tx<'_, '_>, poll: &PollRecord) -> StoreResult<Reco
     // row it wrote comes back for the replica to keep.
     let written = match tx {
         Tx::Postgres(pg) => Some(
-            pg.defer_rows(poll_update(tx.dialect(), false), &values)
+            pg.defer_rows(poll_update(tx.dialect(), PollWrite::Usual), &values)
                 .map_err(|source| StoreError::Postgres {
                     op: "record poll",
                     source,

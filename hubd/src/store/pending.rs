@@ -90,6 +90,16 @@ impl Waiting {
         Ok(self.with_jobs(jobs))
     }
 
+    /// Whether this answers a poll whose agent knows generation `known` as a new read of the
+    /// same rows would: no generation set, or the one the agent knows, so no document to send
+    /// (a replica keeps it for the next heartbeat, decision 0131).
+    pub fn answers(&self, known: u64) -> bool {
+        self.document.is_none()
+            && self
+                .generation
+                .is_none_or(|generation| generation == signed(known))
+    }
+
     /// Whether jobs are queued for the host (to be read with [`Self::pending`]).
     pub fn jobs_queued(&self) -> bool {
         self.queued > 0

@@ -154,6 +154,11 @@ fn a_heartbeat_goes_in_one_flight_on_the_kept_row_and_the_usual_way_once_another
     .unwrap();
     let (_, view) = a.record(agent.heartbeat(0)).unwrap();
     assert_eq!(view.jobs, [(b"{\"job\":1}".to_vec(), "sig".to_owned())]);
+    // Kept again with what waits (the job), in one flight.
+    let (flights, _) = a.one_flight_counts();
+    let (_, view) = a.record(agent.heartbeat(0)).unwrap();
+    assert_eq!(view.jobs.len(), 1, "the job is still queued");
+    assert_eq!(a.one_flight_counts().0, flights + 1);
     let accepted = b.put_desired(sample_desired(host, agent.now_ms)).unwrap();
     let (_, view) = a.record(agent.heartbeat(0)).unwrap();
     assert_eq!(view.generation, accepted.generation);

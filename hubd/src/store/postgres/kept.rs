@@ -10,6 +10,10 @@
 //! alone decides goes this way: a delta that needs no base read, carries nothing but the
 //! report and finds the host neither overdue, stopped, new, nor applying a generation.
 //!
+//! What waits for the host (desired state, queued jobs) is read in the same statement, and
+//! kept with the row: every change to it writes the host row (decision 0131), so while the
+//! guard holds the next heartbeat's statement is the write alone.
+//!
 //! The statement is sent from the poll's own task, before the poll would be queued for the
 //! poll writer, on one session the hub's runtime drives (decision 0130): no thread stands
 //! between a heartbeat and the server.
@@ -24,7 +28,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::super::host_row::{HOST_ROW_WIDTH, HostFacts, HostRow, RawHostRow};
-use super::super::hosts::{self, KEPT_COLUMNS_WIDTH};
+use super::super::hosts::{self, KEPT_COLUMNS_WIDTH, PollWrite};
 use super::super::pending::Waiting;
 use super::super::poll_report;
 use super::super::tx::{Dialect, Row};
@@ -53,6 +57,9 @@ struct Kept {
     /// The row version, as text (`xid` has no binary form the store reads).
     xmin: String,
     last_seen_ms: i64,
+    /// What waited for the host as of this version, when a heartbeat read it with the row
+    /// and it carried no document (decision 0131).
+    waiting: Option<Waiting>,
 }
 
 impl Kept {
@@ -63,6 +70,7 @@ impl Kept {
             row: RawHostRow::read(&row)?,
             xmin: row.get(HOST_ROW_WIDTH)?,
             last_seen_ms: row.get(HOST_ROW_WIDTH + 1)?,
+            waiting: None,
         })
     }
 }
@@ -163,9 +171,15 @@ impl PgStore {
         if !poll.may_wait() {
             return None;
         }
-        let kept = self.kept.take(poll.host_id)?;
+        let mut kept = self.kept.take(poll.host_id)?;
         let plan = plan(poll, &kept)?;
-        Some(Box::pin(self.one_flight(poll, kept, plan)))
+        // What waited as of the kept version answers this poll too while the guard holds:
+        // every change to it writes the host row (decision 0131).
+        let known = kept
+            .waiting
+            .take()
+            .filter(|waiting| waiting.answers(poll.known_generation));
+        Some(Box::pin(self.one_flight(poll, kept, plan, known)))
     }
 
     async fn one_flight(
@@ -173,6 +187,7 @@ impl PgStore {
         poll: &PollRecord,
         kept: Kept,
         plan: Plan,
+        known: Option<Waiting>,
     ) -> Option<StoreResult<(PollRecorded, PollView)>> {
         let op = "record polls";
         let params = {
@@ -189,20 +204,27 @@ impl PgStore {
         // `None`: there was no session, or it was lost under the statement. Whether it ran or
         // not, the usual way reads the row as it is (a delta merged already finds its base
         // gone and asks for the full report).
-        let written = self.heartbeats.write(&self.config, &params).await?;
+        let written = self
+            .heartbeats
+            .write(&self.config, &params, known.is_none())
+            .await?;
         let written = written.and_then(|rows| {
             let Some(row) = rows.first() else {
                 return Ok(None);
             };
             let row = PgRow::decode(row)?;
-            Ok(Some((
-                Kept::read(&row)?,
-                Waiting::read(&Row::Postgres(&row), KEPT_COLUMNS_WIDTH)?,
-            )))
+            let waiting = match known {
+                Some(waiting) => waiting,
+                None => Waiting::read(&Row::Postgres(&row), KEPT_COLUMNS_WIDTH)?,
+            };
+            Ok(Some((Kept::read(&row)?, waiting)))
         });
         match written {
-            Ok(Some((kept, waiting))) => {
+            Ok(Some((mut kept, waiting))) => {
                 self.kept.one_flight.fetch_add(1, Ordering::Relaxed);
+                kept.waiting = waiting
+                    .answers(poll.known_generation)
+                    .then(|| waiting.clone());
                 self.kept.put(poll.host_id, kept);
                 Some(self.answer(poll, plan, waiting).await)
             }
@@ -292,17 +314,21 @@ pub(super) struct Heartbeats {
 #[derive(Debug)]
 struct Session {
     client: tokio_postgres::Client,
+    /// The guarded write that also reads what waits for the host.
     write: tokio_postgres::Statement,
+    /// The guarded write alone (what waits was kept, decision 0131).
+    write_known: tokio_postgres::Statement,
 }
 
 impl Heartbeats {
-    /// Runs the guarded write with `params`: its rows (none when the guard matched nothing), or
-    /// `None` when no session could be opened or it ended under the statement (which may have
-    /// run).
+    /// Runs the guarded write with `params`, reading what waits for the host when `waiting`:
+    /// its rows (none when the guard matched nothing), or `None` when no session could be
+    /// opened or it ended under the statement (which may have run).
     async fn write(
         &self,
         config: &tokio_postgres::Config,
         params: &[PgParam],
+        waiting: bool,
     ) -> Option<Result<Vec<tokio_postgres::Row>, PgError>> {
         let session = match self.session(config).await {
             Ok(session) => session,
@@ -313,7 +339,12 @@ impl Heartbeats {
         };
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        match session.client.query(&session.write, &refs).await {
+        let statement = if waiting {
+            &session.write
+        } else {
+            &session.write_known
+        };
+        match session.client.query(statement, &refs).await {
             Ok(rows) => Some(Ok(rows)),
             Err(err) if session_lost(&err) => {
                 tracing::debug!(error = %err, "heartbeat session lost; recorded the usual way");
@@ -359,9 +390,18 @@ impl Heartbeats {
             }
         });
         client.batch_execute("SET synchronous_commit = off").await?;
-        let text = retention::dollar_placeholders(hosts::poll_update(Dialect::Postgres, true));
-        let write = client.prepare(&text).await?;
-        let session = Arc::new(Session { client, write });
+        let prepare = |write| {
+            let text = retention::dollar_placeholders(hosts::poll_update(Dialect::Postgres, write));
+            let client = &client;
+            async move { client.prepare(&text).await }
+        };
+        let write = prepare(PollWrite::Guarded).await?;
+        let write_known = prepare(PollWrite::GuardedKnown).await?;
+        let session = Arc::new(Session {
+            client,
+            write,
+            write_known,
+        });
         *self.open.lock() = Some(session.clone());
         Ok(session)
     }

@@ -399,6 +399,39 @@ pub const MIGRATIONS: &[&str] = &[
         autovacuum_analyze_scale_factor = 5
     );
     ",
+    // 20: PostgreSQL's own (decision 0131): a write that changes what waits for a host (its
+    // desired state, a job entering or leaving the queue) writes a new version of the host's
+    // row in its transaction, so a replica's heartbeat guarded on the version it kept finds
+    // nothing waiting changed while the guard holds. Desired states and queued jobs are
+    // written seldom; no poll fires these.
+    r"
+    CREATE FUNCTION bosun_host_waiting_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'DELETE' THEN
+            UPDATE hosts SET host_id = host_id WHERE host_id = NEW.host_id;
+        END IF;
+        IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND OLD.host_id <> NEW.host_id) THEN
+            UPDATE hosts SET host_id = host_id WHERE host_id = OLD.host_id;
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER desired_changes_waiting
+        AFTER INSERT OR UPDATE OR DELETE ON desired
+        FOR EACH ROW EXECUTE FUNCTION bosun_host_waiting_changed();
+    CREATE TRIGGER queued_job_added
+        AFTER INSERT ON jobs
+        FOR EACH ROW WHEN (NEW.state = 'queued')
+        EXECUTE FUNCTION bosun_host_waiting_changed();
+    CREATE TRIGGER queued_job_changed
+        AFTER UPDATE ON jobs
+        FOR EACH ROW WHEN (OLD.state = 'queued' OR NEW.state = 'queued')
+        EXECUTE FUNCTION bosun_host_waiting_changed();
+    CREATE TRIGGER queued_job_removed
+        AFTER DELETE ON jobs
+        FOR EACH ROW WHEN (OLD.state = 'queued')
+        EXECUTE FUNCTION bosun_host_waiting_changed();
+    ",
 ];
 
 /// Tables only the PostgreSQL schema has (the schema test leaves them out of the comparison
