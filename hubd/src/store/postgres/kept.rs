@@ -283,7 +283,7 @@ impl PgStore {
 }
 
 /// The heartbeat session's `application_name`, as `pg_stat_activity` shows it.
-pub const SESSION_NAME: &str = "bosun-hubd heartbeats";
+pub const SESSION_NAME: &str = "bosun-hubd/heartbeats";
 
 /// Whether the heartbeat session ended under a statement: its connection closed or failed,
 /// or the server ended the session (an administrator, a shutdown, an idle timeout: class
