@@ -3,6 +3,8 @@
 //! (setting up, the poll writer's batches, the sweeps and retention slices, where artifact
 //! bytes live, the wake-ups replicas send each other).
 
+use std::sync::Arc;
+
 use bosun_proto::admin::{
     Alert, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted, JobRecord,
 };
@@ -11,8 +13,6 @@ use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
 use bosun_proto::operator_token::OperatorTokenInfo;
 use bosun_proto::oplog::OperationRecord;
-use std::sync::Arc;
-
 use rusqlite::params;
 use uuid::Uuid;
 

@@ -1,13 +1,13 @@
 //! The store's calls, split by concern, and [`Store`], all of them together.
 
+use std::sync::Arc;
+
 use bosun_proto::admin::{
     Alert, DesiredAccepted, Event, HostDetail, HostSummary, JobAccepted, JobRecord, JobState,
 };
 use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
 use bosun_proto::oplog::OperationRecord;
-use std::sync::Arc;
-
 use uuid::Uuid;
 
 use crate::deadman::DeadManConfig;
