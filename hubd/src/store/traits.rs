@@ -199,7 +199,9 @@ pub trait PollStore: Send + Sync {
     /// Records a heartbeat from the caller's task, without the poll writer, when the store
     /// can: a PostgreSQL store writing, in one statement, the host row it last wrote itself
     /// (decisions 0129, 0130). `None`: it cannot; the future's `None`: it could not after all
-    /// and wrote nothing of the poll. Either way, send the poll to the poll writer. What it
+    /// (it wrote nothing of the poll, or lost its session under the statement, which the poll
+    /// writer's read of the row settles either way). Either way, send the poll to the poll
+    /// writer. What it
     /// records may wait for the disk, as [`Store::flush`](crate::store::PollStore::flush) says.
     fn heartbeat<'a>(self: Arc<Self>, poll: &'a PollRecord) -> Option<Heartbeat<'a>>;
     /// Makes durable what was committed ([`Store::record_poll_now`](crate::store::PollStore::record_poll_now)).

@@ -163,7 +163,8 @@ impl PgStore {
     /// Records `poll` in one statement on the row this replica kept of its host, sent from the
     /// caller's task on the heartbeat session ([`Heartbeats`]); `None` when the poll is no
     /// heartbeat or the row was not kept, and the future's `None` when it must be recorded the
-    /// usual way after all (nothing of it was written then).
+    /// usual way after all (nothing of it was written then, or its session was lost under the
+    /// statement, which the usual way's read of the row settles either way).
     pub(super) fn heartbeat_on_kept_row<'a>(
         self: Arc<Self>,
         poll: &'a PollRecord,
@@ -282,6 +283,9 @@ impl PgStore {
     }
 }
 
+/// Longest the heartbeat session's connection may take to open.
+const OPEN_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The heartbeat session's `application_name`, as `pg_stat_activity` shows it.
 pub const SESSION_NAME: &str = "bosun-hubd/heartbeats";
 
@@ -318,6 +322,35 @@ struct Session {
     write: tokio_postgres::Statement,
     /// The guarded write alone (what waits was kept, decision 0131).
     write_known: tokio_postgres::Statement,
+}
+
+impl Session {
+    /// Connects, sets the session up and prepares both writes.
+    async fn open(config: &tokio_postgres::Config) -> Result<Self, PgError> {
+        let (client, connection) = config
+            .clone()
+            .application_name(SESSION_NAME)
+            .connect(tokio_postgres::NoTls)
+            .await?;
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "heartbeat session closed");
+            }
+        });
+        client.batch_execute("SET synchronous_commit = off").await?;
+        let prepare = |write| {
+            let text = retention::dollar_placeholders(hosts::poll_update(Dialect::Postgres, write));
+            let client = &client;
+            async move { client.prepare(&text).await }
+        };
+        let write = prepare(PollWrite::Guarded).await?;
+        let write_known = prepare(PollWrite::GuardedKnown).await?;
+        Ok(Self {
+            client,
+            write,
+            write_known,
+        })
+    }
 }
 
 impl Heartbeats {
@@ -379,29 +412,17 @@ impl Heartbeats {
         if let Some(session) = self.current() {
             return Ok(session);
         }
-        let (client, connection) = config
-            .clone()
-            .application_name(SESSION_NAME)
-            .connect(tokio_postgres::NoTls)
-            .await?;
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "heartbeat session closed");
-            }
-        });
-        client.batch_execute("SET synchronous_commit = off").await?;
-        let prepare = |write| {
-            let text = retention::dollar_placeholders(hosts::poll_update(Dialect::Postgres, write));
-            let client = &client;
-            async move { client.prepare(&text).await }
-        };
-        let write = prepare(PollWrite::Guarded).await?;
-        let write_known = prepare(PollWrite::GuardedKnown).await?;
-        let session = Arc::new(Session {
-            client,
-            write,
-            write_known,
-        });
+        // Bounded: heartbeats wait for the opening, and a server that does not answer must
+        // not hold them (they go the usual way meanwhile).
+        let session = tokio::time::timeout(OPEN_WITHIN, Session::open(config))
+            .await
+            .map_err(|_| {
+                PgError::Pool(format!(
+                    "the heartbeat session did not open within {} s",
+                    OPEN_WITHIN.as_secs()
+                ))
+            })??;
+        let session = Arc::new(session);
         *self.open.lock() = Some(session.clone());
         Ok(session)
     }
