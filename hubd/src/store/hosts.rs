@@ -238,9 +238,68 @@ pub(super) enum PollWrite {
     /// last seen at `?16`; it returns the row, then what waits for the host
     /// ([`super::pending::WAITING_COLUMNS`]) for the generation `?4`.
     Guarded,
-    /// [`Self::Guarded`] without what waits: the replica kept it, and a guard that holds says
-    /// it did not change (decision 0131).
-    GuardedKnown,
+    /// [`Self::Guarded`] without what waits (the replica kept it, and a guard that holds says
+    /// it did not change: decision 0131), for many hosts in one statement (decision 0132):
+    /// `?1`–`?16` are arrays of [`GUARDED_TYPES`], one element a host; it returns each row
+    /// written, then its host's id.
+    GuardedBatch,
+}
+
+/// A PostgreSQL type a guarded write's value is sent as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SqlType {
+    Bigint,
+    Text,
+    Bytea,
+}
+
+impl SqlType {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Bigint => "BIGINT",
+            Self::Text => "TEXT",
+            Self::Bytea => "BYTEA",
+        }
+    }
+}
+
+/// The types of a guarded write's `?1`–`?16` ([`poll_update_values`], then the kept row's
+/// version and when it was last seen), as [`PollWrite::GuardedBatch`] takes them in arrays.
+pub(super) const GUARDED_TYPES: [SqlType; 16] = {
+    use SqlType::{Bigint, Bytea, Text};
+    [
+        Bigint, Text, Text, Bigint, Bigint, Bigint, Bigint, Bigint, Text, Bigint, Text, Bigint,
+        Text, Bytea, Text, Bigint,
+    ]
+};
+
+/// [`POLL_UPDATE_SQL`] over arrays of values, one element a host: each `?N` becomes the
+/// column `v.pN` of the arrays unnested. Planned as a nested loop over the arrays (the
+/// heartbeat session plans it once, generically), it locks the rows in the arrays' order:
+/// the replica gives them in host-id order, the order a poll batch locks its hosts in, so a
+/// batch of heartbeats and another replica's batch wait for each other rather than
+/// deadlock.
+fn guarded_batch(update: &str) -> String {
+    let (set, _) = update
+        .rsplit_once("WHERE")
+        .expect("the poll's update names its host");
+    let mut set = set.to_owned();
+    for n in (1..=GUARDED_TYPES.len()).rev() {
+        set = set.replace(&format!("?{n}"), &format!("v.p{n}"));
+    }
+    let arrays: Vec<String> = GUARDED_TYPES
+        .iter()
+        .enumerate()
+        .map(|(n, ty)| format!("CAST(?{} AS {}[])", n + 1, ty.name()))
+        .collect();
+    let names: Vec<String> = (1..=GUARDED_TYPES.len()).map(|n| format!("p{n}")).collect();
+    format!(
+        "{set} FROM unnest({arrays}) AS v({names}) \
+         WHERE h.host_id = v.p11 AND h.xmin = CAST(v.p15 AS xid) AND h.last_seen_ms = v.p16 \
+         RETURNING {HOST_ROW_COLUMNS}, CAST(h.xmin AS TEXT), h.last_seen_ms, h.host_id",
+        arrays = arrays.join(", "),
+        names = names.join(", "),
+    )
 }
 
 /// [`POLL_UPDATE_SQL`] as `dialect` sends it in the form `write` (SQLite has one form).
@@ -262,14 +321,14 @@ pub(super) fn poll_update(dialect: Dialect, write: PollWrite) -> &'static str {
                     super::pending::WAITING_COLUMNS.replace("?2", "CAST(?4 AS BIGINT)")
                 ),
             ),
-            returning(guard, ""),
+            guarded_batch(&POLL_UPDATE_SQL.replacen("UPDATE hosts SET", "UPDATE hosts h SET", 1)),
         ]
     });
     match (dialect, write) {
         (Dialect::Sqlite, _) => POLL_UPDATE_SQL,
         (Dialect::Postgres, PollWrite::Usual) => &TEXT[0],
         (Dialect::Postgres, PollWrite::Guarded) => &TEXT[1],
-        (Dialect::Postgres, PollWrite::GuardedKnown) => &TEXT[2],
+        (Dialect::Postgres, PollWrite::GuardedBatch) => &TEXT[2],
     }
 }
 

@@ -238,18 +238,44 @@ fn a_heartbeat_whose_session_the_server_ended_goes_the_usual_way_and_the_next_op
     store.record(agent.heartbeat(0)).unwrap();
     assert_eq!(store.one_flight_counts(), (1, 0));
 
-    // An administrator ends the heartbeat session between two heartbeats.
-    let mut admin = postgres::Client::connect(db.url(), postgres::NoTls).unwrap();
-    let ended = admin
-        .query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-            &[&HEARTBEAT_SESSION_NAME],
+    // An administrator holds the host's row and, once the next heartbeat's statement waits
+    // for it, ends the heartbeat session under that statement.
+    let (url, host) = (db.url().to_owned(), agent.host.to_string());
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let administrator = std::thread::spawn(move || {
+        let mut holder = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut held = holder.transaction().unwrap();
+        held.query(
+            "SELECT 1 FROM hosts WHERE host_id = $1 FOR UPDATE",
+            &[&host],
         )
         .unwrap();
-    assert_eq!(ended.len(), 1, "one heartbeat session, named");
+        locked.send(()).unwrap();
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let waited_since = std::time::Instant::now();
+        // Bounded: the session's wait shows in pg_stat_activity within moments.
+        while admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&HEARTBEAT_SESSION_NAME],
+            )
+            .unwrap()
+            .is_empty()
+        {
+            assert!(
+                waited_since.elapsed() < std::time::Duration::from_secs(10),
+                "the named heartbeat session never waited for the row"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        held.rollback().unwrap();
+    });
+    is_locked.recv().unwrap();
 
-    // The next heartbeat finds the session gone: recorded the usual way, merged, answered.
+    // That heartbeat finds its session gone: recorded the usual way, merged, answered.
     let (recorded, view) = store.record(agent.heartbeat(0)).unwrap();
+    administrator.join().unwrap();
     assert!(!recorded.full_report_required, "{recorded:?}");
     assert_eq!(view.report_seq, Some(agent.last.seq));
     assert_eq!(store.one_flight_counts(), (1, 0));
@@ -261,4 +287,86 @@ fn a_heartbeat_whose_session_the_server_ended_goes_the_usual_way_and_the_next_op
         store.host_detail(agent.host).unwrap().last_report.unwrap(),
         agent.last
     );
+}
+
+#[test]
+fn heartbeats_sent_together_go_in_one_statement_and_a_row_another_writer_moved_goes_the_usual_way()
+{
+    let db = Database::create();
+    let (a, b) = (Replica::open(&db), Replica::open(&db));
+    let mut agents: Vec<Agent> = (0..20).map(|_| Agent::reported(&a)).collect();
+    // The first heartbeat after a usual write reads what waits: alone.
+    for agent in &mut agents {
+        a.record(agent.heartbeat(0)).unwrap();
+    }
+    assert_eq!(a.one_flight_counts(), (20, 0));
+    assert_eq!(a.heartbeat_batch_counts(), (0, 0));
+
+    // Replica b writes one host's row; then every host's heartbeat reaches a at once.
+    b.record(agents[7].heartbeat(0)).unwrap();
+    let polls: Vec<PollRecord> = agents.iter_mut().map(|agent| agent.heartbeat(0)).collect();
+    let answers = a.rt.block_on(futures::future::join_all(
+        polls.into_iter().map(|poll| a.writer.record(poll)),
+    ));
+    for (agent, answer) in agents.iter().zip(answers) {
+        let (recorded, view) = answer.unwrap();
+        assert!(!recorded.full_report_required, "{recorded:?}");
+        assert_eq!(view.report_seq, Some(agent.last.seq));
+    }
+    assert_eq!(
+        a.heartbeat_batch_counts(),
+        (1, 20),
+        "one statement for all twenty"
+    );
+    // Nineteen written by the batch; the moved row was not, and went the usual way, merged on
+    // what b stored (written by the batch on a's stale row, it would hold a's merge instead).
+    assert_eq!(a.one_flight_counts(), (39, 1));
+    for agent in &agents {
+        assert_eq!(
+            b.host_detail(agent.host).unwrap().last_report.unwrap(),
+            agent.last
+        );
+    }
+
+    // Alone, a heartbeat goes in a batch of one at once.
+    a.record(agents[0].heartbeat(0)).unwrap();
+    assert_eq!(a.heartbeat_batch_counts(), (2, 21));
+}
+
+#[test]
+fn a_batch_of_heartbeats_is_planned_once_as_a_walk_of_the_host_key() {
+    use crate::store::hosts::{PollWrite, poll_update};
+    use crate::store::retention::dollar_placeholders;
+    use crate::store::tx::Dialect;
+
+    let db = Database::create();
+    let _migrated = Replica::open(&db);
+    let mut client = postgres::Client::connect(db.url(), postgres::NoTls).unwrap();
+    // A fleet's worth of rows, counted: a plan for an empty table proves nothing.
+    client
+        .batch_execute(
+            "INSERT INTO hosts (host_id, hostname, key_hash, status, enrolled_ms, poll_interval_s)
+             SELECT gen_random_uuid()::text, 'h', '\\x00', 'active', 0, 30
+             FROM generate_series(1, 20000);
+             ANALYZE hosts;
+             SET plan_cache_mode = force_generic_plan;",
+        )
+        .unwrap();
+    let batch = dollar_placeholders(poll_update(Dialect::Postgres, PollWrite::GuardedBatch));
+    client
+        .batch_execute(&format!("PREPARE batch AS {batch}"))
+        .unwrap();
+    let nulls = vec!["NULL"; 16].join(", ");
+    let plan: Vec<String> = client
+        .query(&format!("EXPLAIN EXECUTE batch({nulls})"), &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Nested Loop") && plan.contains("Index Scan using hosts_pkey on hosts"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Seq Scan on hosts"), "{plan}");
 }

@@ -16,6 +16,7 @@ pub(crate) struct ServerStats {
     buffers_checkpoint: i64,
     autovacuums: i64,
     autoanalyzes: i64,
+    transactions: i64,
 }
 
 impl ServerStats {
@@ -30,9 +31,10 @@ impl ServerStats {
                 "SELECT t.n_tup_upd, t.n_tup_hot_upd,
                         (pg_current_wal_lsn() - '0/0'::pg_lsn)::BIGINT,
                         b.checkpoints_timed, b.checkpoints_req, b.buffers_checkpoint,
-                        t.autovacuum_count, t.autoanalyze_count
-                 FROM pg_stat_user_tables t, pg_stat_bgwriter b
-                 WHERE t.relname = 'hosts'",
+                        t.autovacuum_count, t.autoanalyze_count,
+                        d.xact_commit + d.xact_rollback
+                 FROM pg_stat_user_tables t, pg_stat_bgwriter b, pg_stat_database d
+                 WHERE t.relname = 'hosts' AND d.datname = current_database()",
                 &[],
             )
             .await
@@ -47,7 +49,14 @@ impl ServerStats {
             buffers_checkpoint: row.get(5),
             autovacuums: row.get(6),
             autoanalyzes: row.get(7),
+            transactions: row.get(8),
         })
+    }
+
+    /// The share of host-row updates between `before` and `self` that were heap-only, in %.
+    pub(crate) fn heap_only_share(&self, before: &Self) -> f64 {
+        let updates = self.updates - before.updates;
+        100.0 * (self.hot_updates - before.hot_updates) as f64 / updates.max(1) as f64
     }
 
     /// What happened between `before` and `self`, as one line (`polls`: answered in between).
@@ -55,12 +64,15 @@ impl ServerStats {
         let updates = self.updates - before.updates;
         let hot = self.hot_updates - before.hot_updates;
         let wal = self.wal_bytes - before.wal_bytes;
+        let transactions = self.transactions - before.transactions;
         let share = |part: i64, whole: i64| 100.0 * part as f64 / whole.max(1) as f64;
         format!(
             "postgres in the timed phase: {updates} host-row updates, {hot} heap-only ({:.1} %); \
-             WAL {:.1} MB ({:.0} bytes per poll); checkpoints {} timed + {} requested \
-             ({} buffers); hosts autovacuumed {}x, analyzed {}x",
+             {transactions} transactions ({:.2} per poll); WAL {:.1} MB ({:.0} bytes per poll); \
+             checkpoints {} timed + {} requested ({} buffers); hosts autovacuumed {}x, \
+             analyzed {}x",
             share(hot, updates),
+            transactions as f64 / polls.max(1) as f64,
             wal as f64 / 1e6,
             wal as f64 / polls.max(1) as f64,
             self.checkpoints_timed - before.checkpoints_timed,

@@ -54,6 +54,13 @@ impl<T> OptionalExtension<T> for Result<T, PgError> {
 #[derive(Debug)]
 pub(in crate::store) struct PgParam(Value);
 
+impl PgParam {
+    /// The value, as given.
+    pub(in crate::store) fn into_value(self) -> Value {
+        self.0
+    }
+}
+
 impl ToSql for PgParam {
     fn to_sql(
         &self,

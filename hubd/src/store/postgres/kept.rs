@@ -12,7 +12,8 @@
 //!
 //! What waits for the host (desired state, queued jobs) is read in the same statement, and
 //! kept with the row: every change to it writes the host row (decision 0131), so while the
-//! guard holds the next heartbeat's statement is the write alone.
+//! guard holds the next heartbeat's statement is the write alone, and it goes in a batch
+//! with other hosts' (decision 0132, `heartbeats`).
 //!
 //! The statement is sent from the poll's own task, before the poll would be queued for the
 //! poll writer, on one session the hub's runtime drives (decision 0130): no thread stands
@@ -24,17 +25,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
-use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::super::host_row::{HOST_ROW_WIDTH, HostFacts, HostRow, RawHostRow};
-use super::super::hosts::{self, KEPT_COLUMNS_WIDTH, PollWrite};
+use super::super::hosts::{self, KEPT_COLUMNS_WIDTH};
 use super::super::pending::Waiting;
 use super::super::poll_report;
-use super::super::tx::{Dialect, Row};
-use super::super::{
-    Heartbeat, PollRecord, PollRecorded, PollView, StoreError, StoreResult, retention,
-};
+use super::super::tx::Row;
+use super::super::{Heartbeat, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
 use super::conn::{Later, PgError, PgParam, PgRow, convert, sql};
 use super::{PgStore, retryable};
 
@@ -201,19 +199,24 @@ impl PgStore {
                 Err(err) => return Some(Err(sql(op)(err))),
             }
         };
-        // One statement, its own transaction.
+        // One statement, its own transaction: alone when it reads what waits, else in the
+        // next batch (decision 0132).
         // `None`: there was no session, or it was lost under the statement. Whether it ran or
         // not, the usual way reads the row as it is (a delta merged already finds its base
         // gone and asks for the full report).
-        let written = self
-            .heartbeats
-            .write(&self.config, &params, known.is_none())
-            .await?;
-        let written = written.and_then(|rows| {
-            let Some(row) = rows.first() else {
+        let written = match known {
+            None => self.heartbeats.write(&self.config, &params).await?,
+            Some(_) => {
+                let values = params.into_iter().map(PgParam::into_value).collect();
+                self.heartbeat_batched(poll.host_id.to_string(), values)
+                    .await?
+            }
+        };
+        let written = written.and_then(|row| {
+            let Some(row) = row else {
                 return Ok(None);
             };
-            let row = PgRow::decode(row)?;
+            let row = PgRow::decode(&row)?;
             let waiting = match known {
                 Some(waiting) => waiting,
                 None => Waiting::read(&Row::Postgres(&row), KEPT_COLUMNS_WIDTH)?,
@@ -280,150 +283,5 @@ impl PgStore {
             ..PollRecorded::default()
         };
         Ok((recorded, pending.view(facts)))
-    }
-}
-
-/// Longest the heartbeat session's connection may take to open.
-const OPEN_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The heartbeat session's `application_name`, as `pg_stat_activity` shows it.
-pub const SESSION_NAME: &str = "bosun-hubd/heartbeats";
-
-/// Whether the heartbeat session ended under a statement: its connection closed or failed,
-/// or the server ended the session (an administrator, a shutdown, an idle timeout: class
-/// 57P). A parameter that could not be sent or a statement the server refused is not.
-fn session_lost(err: &tokio_postgres::Error) -> bool {
-    use std::error::Error as _;
-    err.is_closed()
-        || err
-            .code()
-            .is_some_and(|code| code.code().starts_with("57P"))
-        || err
-            .source()
-            .is_some_and(|source| source.is::<std::io::Error>())
-}
-
-/// The session heartbeats are written on, one statement each, driven by the runtime of the
-/// tasks that send them (the hub's): a heartbeat waits on its own task, with no thread between
-/// it and the server, and heartbeats sent together share the session's round trips. Its
-/// transactions wait for no WAL flush, as a batch that may wait does (decision 0045), so a
-/// heartbeat's one statement needs no setting of its own.
-#[derive(Debug, Default)]
-pub(super) struct Heartbeats {
-    open: Mutex<Option<Arc<Session>>>,
-    /// Held while the session is (re)opened, so one connection is made, not one a heartbeat.
-    opening: tokio::sync::Mutex<()>,
-}
-
-#[derive(Debug)]
-struct Session {
-    client: tokio_postgres::Client,
-    /// The guarded write that also reads what waits for the host.
-    write: tokio_postgres::Statement,
-    /// The guarded write alone (what waits was kept, decision 0131).
-    write_known: tokio_postgres::Statement,
-}
-
-impl Session {
-    /// Connects, sets the session up and prepares both writes.
-    async fn open(config: &tokio_postgres::Config) -> Result<Self, PgError> {
-        let (client, connection) = config
-            .clone()
-            .application_name(SESSION_NAME)
-            .connect(tokio_postgres::NoTls)
-            .await?;
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "heartbeat session closed");
-            }
-        });
-        client.batch_execute("SET synchronous_commit = off").await?;
-        let prepare = |write| {
-            let text = retention::dollar_placeholders(hosts::poll_update(Dialect::Postgres, write));
-            let client = &client;
-            async move { client.prepare(&text).await }
-        };
-        let write = prepare(PollWrite::Guarded).await?;
-        let write_known = prepare(PollWrite::GuardedKnown).await?;
-        Ok(Self {
-            client,
-            write,
-            write_known,
-        })
-    }
-}
-
-impl Heartbeats {
-    /// Runs the guarded write with `params`, reading what waits for the host when `waiting`:
-    /// its rows (none when the guard matched nothing), or `None` when no session could be
-    /// opened or it ended under the statement (which may have run).
-    async fn write(
-        &self,
-        config: &tokio_postgres::Config,
-        params: &[PgParam],
-        waiting: bool,
-    ) -> Option<Result<Vec<tokio_postgres::Row>, PgError>> {
-        let session = match self.session(config).await {
-            Ok(session) => session,
-            Err(err) => {
-                tracing::debug!(error = %err, "no heartbeat session; recorded the usual way");
-                return None;
-            }
-        };
-        let refs: Vec<&(dyn ToSql + Sync)> =
-            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        let statement = if waiting {
-            &session.write
-        } else {
-            &session.write_known
-        };
-        match session.client.query(statement, &refs).await {
-            Ok(rows) => Some(Ok(rows)),
-            Err(err) if session_lost(&err) => {
-                tracing::debug!(error = %err, "heartbeat session lost; recorded the usual way");
-                // The next heartbeat opens a new one (this one's connection may not have
-                // closed yet).
-                let mut open = self.open.lock();
-                if open
-                    .as_ref()
-                    .is_some_and(|open| Arc::ptr_eq(open, &session))
-                {
-                    *open = None;
-                }
-                None
-            }
-            Err(err) => Some(Err(err.into())),
-        }
-    }
-
-    fn current(&self) -> Option<Arc<Session>> {
-        self.open
-            .lock()
-            .as_ref()
-            .filter(|session| !session.client.is_closed())
-            .cloned()
-    }
-
-    async fn session(&self, config: &tokio_postgres::Config) -> Result<Arc<Session>, PgError> {
-        if let Some(session) = self.current() {
-            return Ok(session);
-        }
-        let _opening = self.opening.lock().await;
-        if let Some(session) = self.current() {
-            return Ok(session);
-        }
-        // Bounded: heartbeats wait for the opening, and a server that does not answer must
-        // not hold them (they go the usual way meanwhile).
-        let session = tokio::time::timeout(OPEN_WITHIN, Session::open(config))
-            .await
-            .map_err(|_| {
-                PgError::Pool(format!(
-                    "the heartbeat session did not open within {} s",
-                    OPEN_WITHIN.as_secs()
-                ))
-            })??;
-        let session = Arc::new(session);
-        *self.open.lock() = Some(session.clone());
-        Ok(session)
     }
 }

@@ -21,6 +21,7 @@
 //! A transaction the server aborts as a serialization failure or deadlock is run again.
 
 pub(in crate::store) mod conn;
+mod heartbeats;
 mod kept;
 pub mod schema;
 
@@ -37,7 +38,7 @@ pub(super) use conn::sql;
 use conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 
 pub use conn::WAKE_CHANNEL;
-pub use kept::SESSION_NAME as HEARTBEAT_SESSION_NAME;
+pub use heartbeats::SESSION_NAME as HEARTBEAT_SESSION_NAME;
 
 /// Advisory-lock key of the sweeper (`'bosunswp'` as an integer).
 pub const SWEEPER_LOCK: i64 = 0x626f_7375_6e73_7770;
@@ -68,8 +69,9 @@ pub struct PgStore {
     schema: schema::PgSchema,
     /// The host rows this replica last wrote (decision 0129).
     kept: kept::KeptRows,
-    /// The session heartbeats are written on in one statement each (decisions 0129, 0130).
-    heartbeats: kept::Heartbeats,
+    /// The session heartbeats are written on, alone or many in one statement (decisions 0130,
+    /// 0132).
+    heartbeats: heartbeats::Heartbeats,
 }
 
 #[derive(Default)]
@@ -160,7 +162,7 @@ impl PgStore {
             target,
             schema,
             kept: kept::KeptRows::default(),
-            heartbeats: kept::Heartbeats::default(),
+            heartbeats: heartbeats::Heartbeats::default(),
         };
         store.migrate()?;
         tracing::info!(database = store.target, "postgresql store open");
@@ -176,6 +178,12 @@ impl PgStore {
     /// and how many found that row moved by another writer (decision 0129).
     pub fn one_flight_counts(&self) -> (u64, u64) {
         self.kept.counts()
+    }
+
+    /// How many statements carried heartbeats in batches, and how many heartbeats they carried
+    /// (decision 0132).
+    pub fn heartbeat_batch_counts(&self) -> (u64, u64) {
+        self.heartbeats.batch_counts()
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
