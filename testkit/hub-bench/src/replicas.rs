@@ -26,37 +26,49 @@ use super::{Args, Host};
 const FAILOVER_JOBS: usize = 100;
 
 /// Most untimed rounds [`settle`] polls.
-const MOST_SETTLING_ROUNDS: usize = 4;
+const MOST_SETTLING_ROUNDS: usize = 10;
 
-/// Polls the fleet untimed, one interval a round, until a round's share of heap-only host-row
-/// updates is within a point of the round before's: the rows have settled on the pages they
-/// stay on. Until then an update that finds no room on its row's page moves the row, writes
-/// its index entries and more WAL, and a timed phase that starts there pays for the priming
-/// (the stalls of its first seconds).
-async fn settle(fleet: &Arc<Fleet>, url: &str, interval: f64) -> anyhow::Result<()> {
+/// Polls every host once a round, untimed and as fast as `concurrency` allows, until a round's
+/// share of heap-only host-row updates is within a point of the round before's: the rows have
+/// settled on the pages they stay on. Until then an update that finds no room on its row's
+/// page moves the row, writes its index entries and more WAL, and a timed phase that starts
+/// there pays for the priming (the stalls of its first seconds). What settles the table is how
+/// many times each row was rewritten, not the time, so the rounds need not keep the interval
+/// (a running fleet gets there in hours).
+async fn settle(fleet: &Arc<Fleet>, url: &str, concurrency: usize) -> anyhow::Result<()> {
     let mut last: Option<f64> = None;
     for round in 1..=MOST_SETTLING_ROUNDS {
         let before = super::pg_stats::ServerStats::read(url).await?;
-        let next = AtomicU64::new(0);
-        let polling = fleet.clone();
-        let polls = super::open_loop(
-            fleet.hosts.len() as f64 / interval,
-            Duration::from_secs_f64(interval),
-            move || {
-                let n = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0);
-                polling.clone().poll(n)
-            },
-        )
-        .await;
+        let started = Instant::now();
+        let next = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..concurrency.max(1) {
+            let (fleet, next, failed) = (fleet.clone(), next.clone(), failed.clone());
+            workers.spawn(async move {
+                loop {
+                    let n =
+                        usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(usize::MAX);
+                    if n >= fleet.hosts.len() {
+                        return;
+                    }
+                    if fleet.clone().poll(n).await.is_none() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        while workers.join_next().await.is_some() {}
+        let took = started.elapsed();
         // Backends report their counts at most once a second.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let share = super::pg_stats::ServerStats::read(url)
             .await?
             .heap_only_share(&before);
         println!(
-            "settling: round {round}, {interval:.0}s untimed: {} polls ({} failed), {share:.1} % of host-row updates heap-only",
-            polls.len(),
-            polls.iter().filter(|p| p.is_none()).count(),
+            "settling: round {round}, every host once in {:.1}s untimed ({} failed): {share:.1} % of host-row updates heap-only",
+            took.as_secs_f64(),
+            failed.load(Ordering::Relaxed),
         );
         if last.is_some_and(|last| (share - last).abs() < 1.0) {
             return Ok(());
@@ -155,7 +167,7 @@ pub(crate) async fn run(
     )?);
     if !args.first_contact {
         super::prime(&fleet, args.concurrency, args.interval).await?;
-        settle(&fleet, url, args.interval).await?;
+        settle(&fleet, url, args.concurrency).await?;
     }
 
     if let Some(percent) = args.silent {
