@@ -273,12 +273,9 @@ pub(super) const GUARDED_TYPES: [SqlType; 16] = {
     ]
 };
 
-/// [`POLL_UPDATE_SQL`] over arrays of values, one element a host: each `?N` becomes the
-/// column `v.pN` of the arrays unnested. Planned as a nested loop over the arrays (the
-/// heartbeat session plans it once, generically), it locks the rows in the arrays' order:
-/// the replica gives them in host-id order, the order a poll batch locks its hosts in, so a
-/// batch of heartbeats and another replica's batch wait for each other rather than
-/// deadlock.
+/// [`POLL_UPDATE_SQL`] over arrays, one element a host (`?N` becomes `v.pN`). Planned as a
+/// nested loop over the arrays, it locks rows in their order, which the replica makes host-id
+/// order, a poll batch's: the two wait for each other rather than deadlock.
 fn guarded_batch(update: &str) -> String {
     let (set, _) = update
         .rsplit_once("WHERE")
