@@ -2,9 +2,9 @@
 //! hosts' heartbeats in one statement (decision 0132).
 //!
 //! A heartbeat whose replica kept what waits for its host (decision 0131) is queued. One task
-//! at a time sends what is queued, up to [`MOST_IN_BATCH`] heartbeats, as one guarded
-//! statement over arrays (one element a host), and sends the next batch when that one's
-//! answer came back. The task starts with the first heartbeat queued and lets others join it
+//! at a time sends what is queued, up to [`MOST_IN_BATCH`] heartbeats and
+//! [`MOST_BATCH_BYTES`], as one guarded statement over arrays (one element a host), and sends
+//! the next batch when that one's answer came back. The task starts with the first heartbeat queued and lets others join it
 //! for [`GATHER`]; heartbeats that queue while a batch is in flight go in the next one as soon
 //! as it is answered. The server runs one statement and one transaction for many hosts, planned
 //! once. Each host's row is guarded on its own: a row another writer moved is not written, and
@@ -36,6 +36,10 @@ const GATHER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Most heartbeats one statement carries.
 const MOST_IN_BATCH: usize = 256;
+
+/// Most bytes of text and blobs one statement carries (a batch takes at least one heartbeat,
+/// whose size the hub's body limit bounds).
+const MOST_BATCH_BYTES: usize = 8 << 20;
 
 /// The heartbeat session's `application_name`, as `pg_stat_activity` shows it.
 pub const SESSION_NAME: &str = "bosun-hubd/heartbeats";
@@ -87,6 +91,8 @@ struct Queued {
     host: String,
     /// The guarded write's `?1`–`?16`, of [`GUARDED_TYPES`].
     values: Vec<Value>,
+    /// Their text and blobs, in bytes.
+    bytes: usize,
     written: oneshot::Sender<Written>,
 }
 
@@ -208,6 +214,20 @@ fn columns(batch: &mut [Queued]) -> Result<Vec<Column>, PgError> {
     Ok(columns)
 }
 
+/// How many of the heartbeats queued, of `sizes` bytes each, the next batch takes: at most
+/// [`MOST_IN_BATCH`] and [`MOST_BATCH_BYTES`], and at least one.
+fn batch_len(sizes: impl Iterator<Item = usize>) -> usize {
+    let mut bytes = 0;
+    sizes
+        .take(MOST_IN_BATCH)
+        .take_while(|size| {
+            bytes += size;
+            bytes <= MOST_BATCH_BYTES
+        })
+        .count()
+        .max(1)
+}
+
 /// Clears the queue when the task sending batches ends before it emptied it (its runtime
 /// shut down): the heartbeats queued go the usual way, and the next one starts a new task.
 struct Flushing<'a> {
@@ -244,9 +264,18 @@ impl PgStore {
         let (written, answer) = oneshot::channel();
         let start = {
             let mut queue = self.heartbeats.queue.lock();
+            let bytes = values
+                .iter()
+                .map(|value| match value {
+                    Value::Text(text) => text.len(),
+                    Value::Blob(blob) => blob.len(),
+                    _ => 0,
+                })
+                .sum();
             queue.heartbeats.push(Queued {
                 host,
                 values,
+                bytes,
                 written,
             });
             !std::mem::replace(&mut queue.flushing, true)
@@ -276,7 +305,7 @@ impl PgStore {
                     flushing.emptied = true;
                     return;
                 }
-                let n = queue.heartbeats.len().min(MOST_IN_BATCH);
+                let n = batch_len(queue.heartbeats.iter().map(|heartbeat| heartbeat.bytes));
                 queue.heartbeats.drain(..n).collect()
             };
             heartbeats.send_batch(&self.config, batch).await;
@@ -426,5 +455,21 @@ impl Heartbeats {
         let session = Arc::new(session);
         *self.open.lock() = Some(session.clone());
         Ok(session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MOST_BATCH_BYTES, MOST_IN_BATCH, batch_len};
+
+    #[test]
+    fn a_batch_is_bounded_by_count_and_bytes_and_takes_at_least_one() {
+        assert_eq!(batch_len(std::iter::repeat_n(100, 1000)), MOST_IN_BATCH);
+        assert_eq!(batch_len([700].into_iter()), 1);
+        let half = MOST_BATCH_BYTES / 2;
+        assert_eq!(batch_len([half, half, 1].into_iter()), 2);
+        assert_eq!(batch_len([half, half + 1, 1].into_iter()), 1);
+        // One heartbeat larger than the budget still goes, alone.
+        assert_eq!(batch_len([MOST_BATCH_BYTES * 2, 1].into_iter()), 1);
     }
 }
