@@ -261,17 +261,17 @@ impl PgStore {
         if !fits {
             return None;
         }
+        let bytes = values
+            .iter()
+            .map(|value| match value {
+                Value::Text(text) => text.len(),
+                Value::Blob(blob) => blob.len(),
+                _ => 0,
+            })
+            .sum();
         let (written, answer) = oneshot::channel();
         let start = {
             let mut queue = self.heartbeats.queue.lock();
-            let bytes = values
-                .iter()
-                .map(|value| match value {
-                    Value::Text(text) => text.len(),
-                    Value::Blob(blob) => blob.len(),
-                    _ => 0,
-                })
-                .sum();
             queue.heartbeats.push(Queued {
                 host,
                 values,
