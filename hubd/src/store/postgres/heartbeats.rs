@@ -201,10 +201,13 @@ fn columns(batch: &mut [Queued]) -> Result<Vec<Column>, PgError> {
         .collect();
     for heartbeat in batch {
         if heartbeat.values.len() != columns.len() {
-            return Err(PgError::Pool(format!(
-                "a heartbeat has {} values, not {}",
-                heartbeat.values.len(),
-                columns.len()
+            return Err(PgError::Value(rusqlite::Error::ToSqlConversionFailure(
+                format!(
+                    "a heartbeat has {} values, not {}",
+                    heartbeat.values.len(),
+                    columns.len()
+                )
+                .into(),
             )));
         }
         for (column, value) in columns.iter_mut().zip(heartbeat.values.drain(..)) {
