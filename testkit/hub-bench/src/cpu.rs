@@ -19,6 +19,7 @@ const TICKS_PER_SECOND: u64 = 100;
 pub struct Snapshot {
     process: u64,
     hub_threads: std::collections::HashMap<String, u64>,
+    writer: u64,
 }
 
 /// CPU time used between two snapshots.
@@ -28,6 +29,8 @@ pub struct Cpu {
     pub hub: Duration,
     /// By the rest of the process (the load generator).
     pub generator: Duration,
+    /// By the hub's poll writer thread alone (part of `hub`).
+    pub writer: Duration,
 }
 
 impl Snapshot {
@@ -44,6 +47,7 @@ impl Snapshot {
         Cpu {
             hub: duration(hub),
             generator: duration(process.saturating_sub(hub)),
+            writer: duration(self.writer.saturating_sub(earlier.writer)),
         }
     }
 }
@@ -61,6 +65,7 @@ pub fn now() -> Snapshot {
             .and_then(ticks)
             .unwrap_or(0),
         hub_threads: std::collections::HashMap::new(),
+        writer: 0,
     };
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return snapshot;
@@ -78,6 +83,9 @@ pub fn now() -> Snapshot {
             continue;
         }
         if let Some(ticks) = ticks(&stat) {
+            if comm.starts_with("bosun-poll-writ") {
+                snapshot.writer += ticks;
+            }
             snapshot
                 .hub_threads
                 .insert(task.file_name().to_string_lossy().into_owned(), ticks);

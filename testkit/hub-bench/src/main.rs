@@ -37,6 +37,10 @@ struct Args {
     /// Length of each maximum-rate phase, seconds.
     #[arg(long, default_value_t = 8)]
     saturate: u64,
+    /// Worker threads of the hub's runtime (default: one a core, as `bosun-hubd` runs), to
+    /// see how its maximum rate grows with cores; the load generator keeps one a core.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    hub_threads: Option<u16>,
     /// Concurrent requests in the maximum-rate phases (HTTP/1.1 keep-alive connections).
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
@@ -75,7 +79,11 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // The hub on its own runtime (its threads' CPU time is measured apart from the load
     // generator's); its blocking threads live for the whole run so none of their time is lost.
-    let hub_runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut hub_runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.hub_threads {
+        hub_runtime.worker_threads(usize::from(threads));
+    }
+    let hub_runtime = hub_runtime
         .enable_all()
         .thread_name(cpu::HUB_THREADS)
         .thread_keep_alive(Duration::from_secs(24 * 3600))
@@ -164,6 +172,7 @@ async fn run_phases(
         let fleet = fleet.clone();
         let next = Arc::new(AtomicU64::new(0));
         saturate(
+            "hub polls",
             args.concurrency,
             Duration::from_secs(args.saturate),
             move || {
@@ -242,6 +251,7 @@ pub(crate) async fn hello_world(
     let max_rate = if saturate_s > 0 {
         let client = client.clone();
         saturate(
+            "hello",
             args.concurrency,
             Duration::from_secs(saturate_s),
             move || get(client.get(&hello_url)),
@@ -500,8 +510,10 @@ pub(crate) fn report_worst_each_second(what: &str, rate: f64, latencies: &[Optio
     );
 }
 
-/// Closed loop: `concurrency` workers send back-to-back for `duration`; returns requests/s.
-async fn saturate<F, R>(concurrency: usize, duration: Duration, make: F) -> f64
+/// Closed loop: `concurrency` workers send back-to-back for `duration`; returns requests/s
+/// and prints the CPU the hub's threads (its poll writer's apart) and the load generator used
+/// while it was timed, as a `cpu: max rate …` line named `what`.
+async fn saturate<F, R>(what: &str, concurrency: usize, duration: Duration, make: F) -> f64
 where
     F: Fn() -> R + Send + Sync + 'static,
     R: Future<Output = Option<Duration>> + Send + 'static,
@@ -527,10 +539,26 @@ where
             }
         });
     }
+    tokio::time::sleep(warmup).await;
+    let cpu_before = cpu::now();
     while workers.join_next().await.is_some() {}
+    let used = cpu::now().since(&cpu_before);
     let failures = failed.load(Ordering::Relaxed);
     if failures > 0 {
         eprintln!("warning: {failures} failed requests during saturation");
     }
-    done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+    let requests = done.load(Ordering::Relaxed);
+    let counted = usize::try_from(requests).unwrap_or(usize::MAX);
+    let seconds = duration.as_secs_f64().max(f64::EPSILON);
+    let share = |time: Duration| time.as_secs_f64() * 100.0 / seconds;
+    println!(
+        "cpu: max rate {what}: hub {:.0} ms per 1k ({:.0}% of a core; its poll writer {:.0}%), load generator {:.0} ms per 1k ({:.0}%), {} threads",
+        cpu::per_thousand(used.hub, counted),
+        share(used.hub),
+        share(used.writer),
+        cpu::per_thousand(used.generator, counted),
+        share(used.generator),
+        std::thread::available_parallelism().map_or(0, usize::from),
+    );
+    requests as f64 / seconds
 }
