@@ -29,6 +29,7 @@ clippy:
 nextest:
 	$(CARGO) build --workspace --locked --bins
 	$(CARGO) nextest run --workspace --locked --profile ci
+	cp target/nextest/ci/junit.xml target/nextest/ci/junit-workspace.xml
 
 # The hub's HTTP suites once more with their state in PostgreSQL (decision 0023): one throwaway
 # cluster, a database per test. The replica and failover suites start their own clusters in
