@@ -37,8 +37,8 @@ struct Args {
     /// Length of each maximum-rate phase, seconds.
     #[arg(long, default_value_t = 8)]
     saturate: u64,
-    /// Worker threads of the hub's runtime (default: one a core, as `bosun-hubd` runs), to
-    /// see how its maximum rate grows with cores; the load generator keeps one a core.
+    /// Worker threads of the hub's runtime, or with `--store` of each replica's (default: one a
+    /// core, as `bosun-hubd` runs); the load generator keeps one a core.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     hub_threads: Option<u16>,
     /// Concurrent requests in the maximum-rate phases (HTTP/1.1 keep-alive connections).

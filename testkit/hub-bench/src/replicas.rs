@@ -113,9 +113,9 @@ pub(crate) async fn run(
     for n in 0..args.replicas.max(1) {
         replicas.push(Some(serve(
             &hubd,
-            dir,
-            url,
+            (dir, url),
             &dir.join(format!("replica{n}.log")),
+            args.hub_threads,
         )?));
     }
     let urls: Arc<Vec<String>> =
@@ -313,8 +313,19 @@ fn job_envelope(host: Uuid, job: Uuid) -> serde_json::Value {
     .unwrap_or_default()
 }
 
-fn serve(hubd: &Path, dir: &Path, url: &str, log: &Path) -> anyhow::Result<Replica> {
-    let child = Command::new(hubd)
+/// Starts one replica of the hub over `url`, with `threads` runtime workers when given (tokio
+/// reads `TOKIO_WORKER_THREADS`; by default one a core).
+fn serve(
+    hubd: &Path,
+    (dir, url): (&Path, &str),
+    log: &Path,
+    threads: Option<u16>,
+) -> anyhow::Result<Replica> {
+    let mut command = Command::new(hubd);
+    if let Some(threads) = threads {
+        command.env("TOKIO_WORKER_THREADS", threads.to_string());
+    }
+    let child = command
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(dir)
         .args(["--store", url])
