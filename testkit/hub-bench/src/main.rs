@@ -552,7 +552,7 @@ where
     let seconds = duration.as_secs_f64().max(f64::EPSILON);
     let share = |time: Duration| time.as_secs_f64() * 100.0 / seconds;
     println!(
-        "cpu: max rate {what}: hub {:.0} ms per 1k ({:.0}% of a core; its poll writer {:.0}%), load generator {:.0} ms per 1k ({:.0}%), {} threads",
+        "cpu: max rate {what}: hub {:.0} ms per 1k ({:.0}% of a core; its poll writer {:.0}%), load generator {:.0} ms per 1k ({:.0}%), {} cores",
         cpu::per_thousand(used.hub, counted),
         share(used.hub),
         share(used.writer),
