@@ -34,6 +34,10 @@ use uuid::Uuid;
 
 const CONFIG: &str = "[backup]\nstorage = \"local\"\n[controller]\nhealth_window_ms = 15000\nreport_interval_ms = 1000\nheal_after_ms = 2500\nmax_restarts = 2\n";
 
+/// [`CONFIG`] with a 4 s health window, for rollouts no controller ever answers: each waits
+/// the whole window, and no report has to fit in it.
+const SILENT_CONFIG: &str = "[backup]\nstorage = \"local\"\n[controller]\nhealth_window_ms = 4000\nreport_interval_ms = 1000\nheal_after_ms = 2500\nmax_restarts = 2\n";
+
 /// A digest the test controller switches to.
 fn good(n: u8) -> String {
     format!("sha256:{}", format!("{n:02x}").repeat(32))
@@ -113,10 +117,15 @@ struct Stack {
 
 impl Stack {
     async fn start() -> Self {
+        Self::start_with(CONFIG).await
+    }
+
+    /// [`Stack::start`] with the agent's `config` lines.
+    async fn start_with(config: &str) -> Self {
         let (sim, hub, files) = enrolled_stack().await;
         let operator = files.trusted_operator();
         let helper = files.helper.clone();
-        files.use_local_api(fixed_port(), CONFIG);
+        files.use_local_api(fixed_port(), config);
         let child = spawn_agent(&files.config_path, None);
         let host = host_id(&files.state_dir).await;
         let guest = Uuid::new_v4();
@@ -588,7 +597,7 @@ async fn killed_late_after_a_silent_wait_the_resumed_rollout_never_rolls_back() 
 /// resumed rollout ends `broken`, never rolled back, and the customer's write survives.
 async fn killed_after_a_silent_wait(points: &[&str]) {
     // No controller runs in the guest: every rollout's wait expires.
-    let mut stack = Stack::start().await;
+    let mut stack = Stack::start_with(SILENT_CONFIG).await;
     for (n, point) in (0x40u8..).zip(points.iter().copied()) {
         let digest = mute(n);
         tokio::time::sleep(Duration::from_millis(1100)).await;

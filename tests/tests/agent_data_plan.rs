@@ -166,6 +166,11 @@ struct Stage {
 /// A simulator with the operator's PBS (holding another host's backups) and the hub's own
 /// servers, the hostile hub and an enrolled agent with one guest running.
 async fn stage() -> (Stage, Value) {
+    stage_with("").await
+}
+
+/// [`stage`] with `extra` lines at the end of the agent's configuration.
+async fn stage_with(extra: &str) -> (Stage, Value) {
     let sim = start_sim(SimConfig::fast()).await;
     let password = format!("pbs-{}", Uuid::new_v4().simple());
     sim.import_remote(REAL_PBS, other_hosts_backups(&password))
@@ -184,6 +189,7 @@ async fn stage() -> (Stage, Value) {
     sim.set_strict_remotes(true);
     let hub = HostileHub::start().await;
     let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some("hostile-enroll"));
+    vm::append_config(&files, extra);
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = hub.host_id;
     let guest = Uuid::new_v4();
@@ -567,7 +573,8 @@ async fn the_largest_quiesce_grace_a_hub_can_set_keeps_the_plans_cadence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_that_turns_restore_tests_off_still_gets_the_plans() {
-    let (stage, mut desired) = stage().await;
+    // The restore tester looks again every policy minute: a second here, not a real minute.
+    let (stage, mut desired) = stage_with("[backup]\nrestore_test_minute_ms = 1000\n").await;
     desired["storage"] = json!([]);
     desired["backup_policy"]["further_tiers"] = json!([]);
     desired["backup_policy"]["schedule"] = json!("*:*:0/5");

@@ -487,6 +487,9 @@ pub(super) fn restore_tester(
             min_free_memory_mib: backup.restore_test_min_free_mib,
             max_active_tasks: backup.restore_test_max_tasks,
             minute: backup.restore_test_minute,
+            // A look a minute: a guest's first backup is tested within one, however short
+            // the policy's minute is made.
+            check_interval: backup.restore_test_minute,
             // A scratch VM's guest agent gets two of the policy's minutes to answer.
             agent_wait: backup.restore_test_minute.saturating_mul(2),
             poll: backup
