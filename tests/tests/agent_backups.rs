@@ -524,3 +524,71 @@ async fn a_real_restore_test_reaches_the_controller_and_the_hub_and_survives_a_r
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// A scheduler pass that could not read a guest's backups (the storage's listing failed, as
+/// while a storage is still being activated) looks again within seconds: the guest's first
+/// scheduled backup does not wait out the scheduler's longest sleep, a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_backup_listing_is_read_again_within_seconds() {
+    let (sim, hub, files) = enrolled_stack().await;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![bosun_pvesim::EndpointFault {
+            method: Some("GET".into()),
+            path: "/nodes/{node}/storage/{storage}/content".into(),
+            error_rate: 1.0,
+            error_message: "storage 'local' is not online".into(),
+            ..bosun_pvesim::EndpointFault::default()
+        }],
+        ..FaultConfig::default()
+    });
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    let mut document = desired(&sim, &[(guest, "alpha")], "running");
+    hub.put_desired(host, &document).await;
+    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+    // A plan backing the guest up every 5 s: the new generation wakes the scheduler, whose
+    // first look at the running guest reads its backups.
+    document["backup_policy"]["schedule"] = json!("*:*:0/5");
+    document["data_plan"] =
+        agent_support::signing::signed_plan(&agent_support::signing::plan_of(&document, host));
+    hub.put_desired_unplanned(host, &document).await;
+    let refused = |sim: &bosun_pvesim::SimHandle| {
+        sim.requests().iter().any(|r| {
+            r.method == "GET"
+                && r.path.ends_with("/content")
+                && r.status == 500
+                && r.params
+                    .iter()
+                    .any(|(k, v)| k == "vmid" && *v == vmid.to_string())
+        })
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the scheduler's listing of the guest's backups fails",
+        || std::future::ready(refused(&sim)),
+    )
+    .await;
+    let healed = std::time::Instant::now();
+    sim.set_faults(FaultConfig::default());
+    let backups = |sim: &bosun_pvesim::SimHandle| {
+        sim.requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/vzdump"))
+            .count()
+    };
+    eventually(
+        Duration::from_secs(90),
+        "the guest's first scheduled backup",
+        || std::future::ready(backups(&sim) > 0),
+    )
+    .await;
+    let waited = healed.elapsed();
+    eprintln!("first scheduled backup {waited:?} after the storage answered again");
+    assert!(
+        waited < Duration::from_secs(30),
+        "the scheduler left a failed listing {waited:?}"
+    );
+    agent.stop().await;
+    hub.stop().await;
+}

@@ -58,6 +58,9 @@ pub struct SchedulerConfig {
     pub max_sleep: Duration,
     /// The wait after a first failed run; doubles per consecutive failure.
     pub first_backoff: Duration,
+    /// The wait after a first pass that could not decide for every guest (the guests or a
+    /// storage's backups could not be read); doubles per such pass, at most `max_sleep`.
+    pub first_unsure_retry: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -65,6 +68,7 @@ impl Default for SchedulerConfig {
         Self {
             max_sleep: Duration::from_secs(60),
             first_backoff: Duration::from_secs(5 * 60),
+            first_unsure_retry: Duration::from_secs(5),
         }
     }
 }
@@ -151,6 +155,20 @@ pub fn backoff(first: Duration, failures: u32, interval: Option<SignedDuration>)
     wait.min(cap).max(Duration::from_secs(1))
 }
 
+/// The longest sleep after `unsure` consecutive passes that could not decide for every
+/// guest: `max_sleep` after a pass that could, else `first_unsure_retry` doubling up to it.
+/// A listing that failed once (a storage that was not active yet) is not left a minute.
+pub fn longest_sleep(config: &SchedulerConfig, unsure: u32) -> Duration {
+    if unsure == 0 {
+        return config.max_sleep;
+    }
+    let doublings = (unsure - 1).min(20);
+    config
+        .first_unsure_retry
+        .saturating_mul(1 << doublings)
+        .min(config.max_sleep)
+}
+
 /// Consecutive failures of the scheduler's runs of one guest on one tier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Retry {
@@ -172,6 +190,10 @@ pub struct PolicyScheduler {
     tiers: Option<watch::Receiver<TierPlan>>,
     /// Changes when a backup run ends.
     finished: watch::Receiver<u64>,
+    /// Whether the pass under way could not decide for some guest.
+    unsure: bool,
+    /// Consecutive passes that could not decide for every guest.
+    unsure_passes: u32,
 }
 
 impl PolicyScheduler {
@@ -194,6 +216,8 @@ impl PolicyScheduler {
             config,
             started_at,
             retries: HashMap::new(),
+            unsure: false,
+            unsure_passes: 0,
         }
     }
 
@@ -205,11 +229,16 @@ impl PolicyScheduler {
         );
         loop {
             let wake = self.pass().await;
+            self.unsure_passes = if self.unsure {
+                self.unsure_passes.saturating_add(1)
+            } else {
+                0
+            };
             let clock = Arc::clone(self.backups.clock());
             let now = clock.now();
             // An absolute time: a wake time that passed during the pass, or a clock that
             // moves before the sleep starts, means look again at once.
-            let longest = SignedDuration::try_from(self.config.max_sleep)
+            let longest = SignedDuration::try_from(longest_sleep(&self.config, self.unsure_passes))
                 .ok()
                 .and_then(|d| now.checked_add(d).ok())
                 .unwrap_or(Timestamp::MAX);
@@ -246,6 +275,7 @@ impl PolicyScheduler {
 
     /// One pass over the guests; returns the earliest moment worth waking for.
     pub async fn pass(&mut self) -> Option<Timestamp> {
+        self.unsure = false;
         self.finished.borrow_and_update();
         let policy = self.policy.borrow_and_update().clone();
         let planned = match self.tiers.as_mut() {
@@ -264,6 +294,7 @@ impl PolicyScheduler {
             Ok(guests) => guests,
             Err(e) => {
                 tracing::warn!(error = %e, "backup scheduler could not list guests; trying again later");
+                self.unsure = true;
                 return None;
             }
         };
@@ -298,6 +329,7 @@ impl PolicyScheduler {
             Ok(v) => v.verdict,
             Err(e) => {
                 tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %e, "backup scheduler could not evaluate the policy");
+                self.unsure = true;
                 return None;
             }
         };
@@ -311,6 +343,7 @@ impl PolicyScheduler {
             Ok(v) => v.verdict,
             Err(e) => {
                 tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, tier = tier.index, storage = %tier.storage, error = %e, "backup scheduler could not evaluate the tier");
+                self.unsure = true;
                 return None;
             }
         };

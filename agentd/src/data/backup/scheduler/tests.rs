@@ -164,6 +164,16 @@ fn backoff_doubles_from_five_minutes_up_to_the_interval() {
     );
 }
 
+#[test]
+fn a_pass_that_could_not_decide_looks_again_within_seconds_then_backs_off_to_a_minute() {
+    let config = SchedulerConfig::default();
+    let waits: Vec<u64> = (0..7)
+        .map(|unsure| longest_sleep(&config, unsure).as_secs())
+        .collect();
+    assert_eq!(waits, [60, 5, 10, 20, 40, 60, 60]);
+    assert_eq!(longest_sleep(&config, u32::MAX), config.max_sleep);
+}
+
 fn spec(n: u128, power: Power) -> GuestSpec {
     GuestSpec {
         guest_id: Uuid::from_u128(n),
