@@ -144,6 +144,10 @@ const IDLE_PACE: Duration = Duration::from_secs(30);
 
 /// How long an idle figure waits after the agent settled, then how long it watches.
 const SETTLE: Duration = Duration::from_secs(10);
+/// How long the figure with guests waits once they run and its targets are mounted: the
+/// backup scheduler looks at least once a minute and reads each new guest's backups in the
+/// storage once, at its first look; the figure is of what follows, not of that first minute.
+const SETTLE_GUESTS: Duration = Duration::from_secs(70);
 const WATCH: Duration = Duration::from_secs(60);
 
 /// A real hub holding polls `IDLE_PACE`, the simulator, and an agent's files at that pace,
@@ -303,7 +307,7 @@ async fn busy_idle_figures(bin: &str) {
         },
     )
     .await;
-    tokio::time::sleep(SETTLE).await;
+    tokio::time::sleep(SETTLE_GUESTS).await;
     let seen = profiled(child.id(), watch_idle(child.id(), &sim)).await;
     seen.print(&format!(
         "idle at a {} s poll with {BUSY_GUESTS} guests, 2 storage targets, local api and metrics",
@@ -333,6 +337,8 @@ struct IdleSeen {
     /// (`/proc/PID/task/*/schedstat`, `*/status`), a finer view of the same CPU time.
     on_cpu: Duration,
     switches: u64,
+    /// Minor and major page faults meanwhile.
+    faults: (u64, u64),
     /// Resident kB per mapped file (anonymous memory under `[anon]`, `[heap]`, `[stack]`).
     resident: Vec<(String, u64)>,
     /// Requests other than GET the simulator saw meanwhile.
@@ -404,7 +410,21 @@ fn ticks(pid: u32) -> u64 {
         .sum()
 }
 
-/// Watches the agent `pid` for [`WATCH`].
+/// Minor and major page faults of `pid` so far (`/proc/PID/stat` fields 10 and 12). A machine
+/// that pages out idle processes' pages (a reclaiming DAMON scheme, say) makes an idle agent
+/// fault them back in, and that kernel time counts in its CPU.
+fn faults(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, after_name) = stat.rsplit_once(") ").unwrap();
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(7)
+        .take(3)
+        .map(|v| v.parse::<u64>().unwrap())
+        .collect();
+    (fields[0], fields[2])
+}
+
 /// Where the agent's callgrind profiles go, when they are asked for.
 fn callgrind_dir() -> Option<String> {
     std::env::var("BOSUN_AGENTD_CALLGRIND").ok()
@@ -428,12 +448,13 @@ async fn profiled<T>(pid: u32, watch: impl std::future::Future<Output = T>) -> T
     seen
 }
 
+/// Watches the agent `pid` for [`WATCH`].
 async fn watch_idle(pid: u32, sim: &SimHandle) -> IdleSeen {
     let before = mutations(sim).len();
     let logged = sim.requests().len();
-    let (t0, threads0, w0) = (ticks(pid), threads(pid), Instant::now());
+    let (t0, faults0, threads0, w0) = (ticks(pid), faults(pid), threads(pid), Instant::now());
     tokio::time::sleep(WATCH).await;
-    let (t1, threads1, wall) = (ticks(pid), threads(pid), w0.elapsed());
+    let (t1, faults1, threads1, wall) = (ticks(pid), faults(pid), threads(pid), w0.elapsed());
     let (mut ns, mut switches) = (0, 0);
     for (tid, (n1, s1)) in &threads1 {
         let (n0, s0) = threads0.get(tid).copied().unwrap_or_default();
@@ -464,6 +485,7 @@ async fn watch_idle(pid: u32, sim: &SimHandle) -> IdleSeen {
         wall,
         on_cpu: Duration::from_nanos(ns),
         switches,
+        faults: (faults1.0 - faults0.0, faults1.1 - faults0.1),
         resident,
         mutations: mutations(sim).len() - before,
         reads: reads_of(&sim.requests()[logged..], &sim.endpoint().node),
@@ -502,6 +524,10 @@ impl IdleSeen {
         let [lists, configs, firewalls, other] = self.reads;
         println!(
             "  proxmox reads: {lists} container lists, {configs} configs, {firewalls} firewall options, {other} other"
+        );
+        println!(
+            "  page faults: {} minor, {} major",
+            self.faults.0, self.faults.1
         );
         for (file, kb) in self.resident.iter().take(8) {
             println!("  resident {kb:>6} kB  {file}");
