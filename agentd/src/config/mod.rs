@@ -52,7 +52,7 @@
 //! restore_test_min_free_mib = 1024          # memory kept free beyond a scratch guest's own
 //! restore_test_max_tasks = 8                # no restore test while the node runs this many tasks (1–64)
 //! restore_test_minute_ms = 60000            # one minute of the policy's timeout, and the restore tester's
-//!                                           # longest wait between looks (100–60000; tests shorten it)
+//!                                           # longest wait between looks, at least 1 s (100–60000; tests shorten it)
 //! verify_hour_ms = 3600000                  # one hour of the verification interval (1000–3600000; tests shorten it)
 //! verify_rate_mib_s = 64                    # the most MiB/s a file tier's archive is re-hashed at (1–4096)
 //! bulk_check_ms = 60000                     # how often bulk volumes' archives are looked at (1000–60000);

@@ -488,8 +488,11 @@ pub(super) fn restore_tester(
             max_active_tasks: backup.restore_test_max_tasks,
             minute: backup.restore_test_minute,
             // A look a minute: a guest's first backup is tested within one, however short
-            // the policy's minute is made.
-            check_interval: backup.restore_test_minute,
+            // the policy's minute is made, but never more than one look a second (each may
+            // list a storage).
+            check_interval: backup
+                .restore_test_minute
+                .max(std::time::Duration::from_secs(1)),
             // A scratch VM's guest agent gets two of the policy's minutes to answer.
             agent_wait: backup.restore_test_minute.saturating_mul(2),
             poll: backup
