@@ -36,6 +36,9 @@ pub struct FailureBook {
     specs: Mutex<BTreeMap<Uuid, String>>,
     /// The last counts read, given again while the journal cannot be read.
     last: Mutex<Failures>,
+    /// Each desired guest's spec as last digested, with its digest: a spec unchanged since
+    /// is not written out and hashed again (every pass reads the counts).
+    digested: Mutex<BTreeMap<Uuid, (GuestSpec, String)>>,
 }
 
 impl FailureBook {
@@ -45,16 +48,35 @@ impl FailureBook {
             journal,
             specs: Mutex::default(),
             last: Mutex::default(),
+            digested: Mutex::default(),
         }
+    }
+
+    /// The digest of each of `guests`' specs ([`spec_digest`]), by guest.
+    fn digests(&self, guests: &[GuestSpec]) -> BTreeMap<Uuid, String> {
+        let mut digested = self.digested.lock();
+        let specs: BTreeMap<Uuid, String> = guests
+            .iter()
+            .map(|g| {
+                let digest = match digested.get(&g.guest_id) {
+                    Some((spec, digest)) if spec == g => digest.clone(),
+                    _ => {
+                        let digest = spec_digest(g);
+                        digested.insert(g.guest_id, (g.clone(), digest.clone()));
+                        digest
+                    }
+                };
+                (g.guest_id, digest)
+            })
+            .collect();
+        digested.retain(|guest_id, _| specs.contains_key(guest_id));
+        specs
     }
 
     /// The counts that hold for `guests` (the desired ones): those made under each guest's
     /// current spec. Remembers the specs for the counts [`FailureBook::note`] makes.
     pub async fn read(&self, guests: &[GuestSpec]) -> Failures {
-        let specs: BTreeMap<Uuid, String> = guests
-            .iter()
-            .map(|g| (g.guest_id, spec_digest(g)))
-            .collect();
+        let specs = self.digests(guests);
         let stored = match self.journal.failure_counts().await {
             Ok(stored) => stored,
             Err(e) => {
@@ -123,4 +145,35 @@ impl FailureBook {
 pub fn spec_digest(spec: &GuestSpec) -> String {
     let bytes = serde_json::to_vec(spec).unwrap_or_default();
     hex::encode(Sha256::digest(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guests::reconcile::plan::tests::spec;
+    use bosun_proto::desired::Power;
+
+    #[tokio::test]
+    async fn a_spec_is_digested_again_when_it_changes_and_forgotten_when_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = JournalHandle::open(
+            &dir.path().join("journal.sqlite"),
+            crate::clock::SystemClock::shared(),
+        )
+        .await
+        .unwrap();
+        let book = FailureBook::new(journal);
+        let (one, two) = (spec(1, Power::Running), spec(2, Power::Running));
+        let digests = book.digests(&[one.clone(), two.clone()]);
+        assert_eq!(digests[&one.guest_id], spec_digest(&one));
+        assert_eq!(digests[&two.guest_id], spec_digest(&two));
+        // The operator stops guest one: its digest follows the new spec.
+        let stopped = spec(1, Power::Stopped);
+        assert_ne!(spec_digest(&stopped), spec_digest(&one));
+        let digests = book.digests(std::slice::from_ref(&stopped));
+        assert_eq!(digests.len(), 1);
+        assert_eq!(digests[&one.guest_id], spec_digest(&stopped));
+        // Guest two left desired state, and so did what was kept of it.
+        assert_eq!(book.digested.lock().len(), 1);
+    }
 }

@@ -34,11 +34,25 @@ fn interfaces(config: &CtConfig) -> Vec<(u8, String)> {
     numbered(config, "net")
 }
 
-/// A config's `<prefix>0`…`<prefix>31` values, by index.
+/// A config's `<prefix>0`…`<prefix>31` values, by index. Walks the config's keys that start
+/// with `prefix` (every pass reads every guest's interfaces this way), not 32 look-ups.
 pub(super) fn numbered(config: &CtConfig, prefix: &str) -> Vec<(u8, String)> {
-    (0u8..32)
-        .filter_map(|i| config.get_str(&format!("{prefix}{i}")).map(|v| (i, v)))
-        .collect()
+    let mut out: Vec<(u8, String)> = config
+        .values
+        .range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        ))
+        .map_while(|(key, _)| key.strip_prefix(prefix).map(|index| (key, index)))
+        .filter_map(|(key, index)| {
+            // Only the canonical spelling counts: `net1`, never `net01` or `net+1`.
+            let i: u8 = index.parse().ok().filter(|i| *i < 32)?;
+            (i.to_string() == index).then_some(())?;
+            config.get_str(key).map(|value| (i, value))
+        })
+        .collect();
+    out.sort_unstable_by_key(|(i, _)| *i);
+    out
 }
 
 /// The value of `key` in a `netN` property string.
@@ -229,6 +243,30 @@ mod tests {
             .collect();
         values.insert("digest".into(), json!("d"));
         serde_json::from_value(serde_json::Value::Object(values)).unwrap()
+    }
+
+    #[test]
+    fn numbered_values_are_the_canonical_indexes_below_32_in_order() {
+        let c = config(&[
+            ("net10", "name=eth10"),
+            ("net2", "name=eth2"),
+            ("net0", "name=eth0"),
+            ("net01", "name=padded"),
+            ("net32", "name=too-far"),
+            ("net+3", "name=signed"),
+            ("netx", "name=not-a-number"),
+            ("nameserver", "1.1.1.1"),
+            ("ne", "before the prefix"),
+            ("nf0", "after the prefix"),
+            ("net31", "name=last"),
+        ]);
+        let got = numbered(&c, "net");
+        let want: Vec<(u8, String)> = [(0, "eth0"), (2, "eth2"), (10, "eth10"), (31, "last")]
+            .into_iter()
+            .map(|(i, name)| (i, format!("name={name}")))
+            .collect();
+        assert_eq!(got, want);
+        assert!(numbered(&c, "ipconfig").is_empty());
     }
 
     fn on(enable: bool, ipfilter: bool) -> GuestFirewall {

@@ -7,7 +7,7 @@
 //! a step detail larger than [`MAX_DETAIL_BYTES`] replaced by its size. Step details hold
 //! facts about Proxmox calls, never a secret (the journal's rule).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 
 use bosun_errchain::error_chain;
@@ -21,10 +21,20 @@ use crate::ops::journal::{JournalHandle, Operation, Step};
 /// What the hub holds of the tail, as far as the agent knows.
 #[derive(Debug, Default)]
 pub struct OpTail {
-    /// Records the hub acknowledged, by id, with a digest of what was sent.
-    acked: HashMap<Uuid, u64>,
+    /// Records the hub acknowledged, by id, as they were sent.
+    acked: HashMap<Uuid, Sent>,
     /// Records the last poll carried, until it is answered.
-    sent: Vec<(Uuid, u64)>,
+    sent: Vec<(Uuid, Sent)>,
+}
+
+/// A record as a poll carried it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sent {
+    /// A digest of the record.
+    digest: u64,
+    /// Whether its operation had ended: then the record can never change, and its steps are
+    /// not read again while the hub holds it.
+    ended: bool,
 }
 
 impl OpTail {
@@ -37,7 +47,16 @@ impl OpTail {
     /// they are now (every one of them when `full`).
     pub async fn pending(&mut self, journal: &JournalHandle, full: bool) -> Vec<OperationRecord> {
         let limit = u32::try_from(MAX_PER_POLL).unwrap_or(u32::MAX);
-        let tail = match journal.recent_operations(limit).await {
+        if full {
+            self.acked.clear();
+        }
+        let ended_known: HashSet<Uuid> = self
+            .acked
+            .iter()
+            .filter(|(_, sent)| sent.ended)
+            .map(|(id, _)| *id)
+            .collect();
+        let tail = match journal.recent_operations_but(limit, ended_known).await {
             Ok(tail) => tail,
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "operation journal unreadable; poll sent without its tail");
@@ -45,26 +64,23 @@ impl OpTail {
                 return Vec::new();
             }
         };
-        if full {
-            self.acked.clear();
-        }
-        let records: Vec<(OperationRecord, u64)> = tail
+        // Only what is still in the tail needs remembering.
+        let in_tail: HashSet<Uuid> = tail.iter().map(|(op, _)| op.op_id.as_uuid()).collect();
+        self.acked.retain(|id, _| in_tail.contains(id));
+        // An ended operation the hub holds comes without its steps: it is unchanged.
+        let changed: Vec<(OperationRecord, Sent)> = tail
             .iter()
             .rev()
-            .map(|(op, steps)| {
-                let record = record(op, steps);
-                let digest = digest(&record);
-                (record, digest)
+            .filter_map(|(op, steps)| {
+                let record = record(op, steps.as_deref()?);
+                let sent = Sent {
+                    digest: digest(&record),
+                    ended: op.status.is_terminal(),
+                };
+                (self.acked.get(&record.op_id) != Some(&sent)).then_some((record, sent))
             })
             .collect();
-        // Only what is still in the tail needs remembering.
-        self.acked
-            .retain(|id, _| records.iter().any(|(r, _)| r.op_id == *id));
-        let changed: Vec<(OperationRecord, u64)> = records
-            .into_iter()
-            .filter(|(r, digest)| self.acked.get(&r.op_id) != Some(digest))
-            .collect();
-        self.sent = changed.iter().map(|(r, d)| (r.op_id, *d)).collect();
+        self.sent = changed.iter().map(|(r, sent)| (r.op_id, *sent)).collect();
         changed.into_iter().map(|(r, _)| r).collect()
     }
 
@@ -198,5 +214,101 @@ mod tests {
         assert!(record.error.as_ref().unwrap().len() <= MAX_TEXT_BYTES);
         // An id the wire would refuse is left out rather than failing the poll.
         assert_eq!(record.correlation_id, None);
+    }
+
+    /// The op ids of `records`, in order.
+    fn ids(records: &[OperationRecord]) -> Vec<Uuid> {
+        records.iter().map(|r| r.op_id).collect()
+    }
+
+    #[tokio::test]
+    async fn only_what_the_hub_does_not_hold_goes_again_and_ended_operations_are_not_read_again() {
+        use crate::ops::journal::{NewOperation, StepOutcome};
+        use crate::ops::op_kind::OpKind;
+        let dir = tempfile::tempdir().unwrap();
+        let journal = JournalHandle::open(
+            &dir.path().join("journal.sqlite"),
+            crate::clock::SystemClock::shared(),
+        )
+        .await
+        .unwrap();
+        let new = || NewOperation {
+            kind: OpKind::Provision,
+            guest_id: Some("g-1".into()),
+            vmid: Some(101),
+            job_id: None,
+            request_id: None,
+        };
+        let ended = journal.begin_operation(new()).await.unwrap();
+        let seq = journal
+            .step_intent(ended, "restore", serde_json::json!({}))
+            .await
+            .unwrap();
+        journal
+            .step_finished(ended, seq, StepOutcome::Ok { warnings: 0 })
+            .await
+            .unwrap();
+        journal
+            .finish_operation(ended, OpStatus::Done, None)
+            .await
+            .unwrap();
+        let running = journal.begin_operation(new()).await.unwrap();
+        let seq = journal
+            .step_intent(running, "start", serde_json::json!({}))
+            .await
+            .unwrap();
+
+        let mut tail = OpTail::new();
+        let both = vec![ended.as_uuid(), running.as_uuid()];
+        assert_eq!(ids(&tail.pending(&journal, false).await), both);
+        // Unanswered: the same records go again.
+        tail.unanswered();
+        assert_eq!(ids(&tail.pending(&journal, false).await), both);
+        tail.answered();
+        assert!(tail.pending(&journal, false).await.is_empty());
+        tail.answered();
+
+        // The journal skips the steps of the ended operation the hub holds, not the running
+        // one's, and not an ended one the caller does not name.
+        let known: HashSet<Uuid> = tail.acked.keys().copied().collect();
+        let read = journal.recent_operations_but(32, known).await.unwrap();
+        let skipped: Vec<(Uuid, bool)> = read
+            .iter()
+            .map(|(op, steps)| (op.op_id.as_uuid(), steps.is_none()))
+            .collect();
+        assert_eq!(
+            skipped,
+            vec![(running.as_uuid(), false), (ended.as_uuid(), true)]
+        );
+        let read = journal
+            .recent_operations_but(32, HashSet::new())
+            .await
+            .unwrap();
+        assert!(read.iter().all(|(_, steps)| steps.is_some()));
+
+        // A new step of the running operation sends it, and only it, again.
+        journal
+            .step_finished(running, seq, StepOutcome::Ok { warnings: 0 })
+            .await
+            .unwrap();
+        let changed = tail.pending(&journal, false).await;
+        assert_eq!(ids(&changed), vec![running.as_uuid()]);
+        assert_eq!(changed[0].steps[0].state, "ok");
+        tail.answered();
+        // Once it ends, one more time; then nothing.
+        journal
+            .finish_operation(running, OpStatus::Done, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(&tail.pending(&journal, false).await),
+            vec![running.as_uuid()]
+        );
+        tail.answered();
+        assert!(tail.pending(&journal, false).await.is_empty());
+        // A full report sends the whole tail, steps and all.
+        let full = tail.pending(&journal, true).await;
+        assert_eq!(ids(&full), both);
+        assert!(full.iter().all(|r| r.steps.len() == 1));
     }
 }

@@ -436,7 +436,7 @@ impl Store {
         };
         let mut stmt = self
             .conn
-            .prepare(&format!("{SELECT_ROWS} {tail}"))
+            .prepare_cached(&format!("{SELECT_ROWS} {tail}"))
             .map_err(query)?;
         let rows = stmt.query_map(params, raw_row).map_err(query)?;
         let mut entries = Vec::new();

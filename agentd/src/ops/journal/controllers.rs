@@ -362,7 +362,7 @@ impl Store {
         const WHAT: &str = "read controllers";
         let mut stmt = self
             .conn
-            .prepare(&format!("SELECT {COLUMNS} ORDER BY guest_id"))
+            .prepare_cached(&format!("SELECT {COLUMNS} ORDER BY guest_id"))
             .map_err(query_err(WHAT))?;
         let rows: Vec<Row> = tuple_rows(&mut stmt, [], WHAT)?;
         rows.into_iter().map(record).collect()

@@ -49,51 +49,63 @@ fn provenance_in(
     tx: &rusqlite::Connection,
     vmid: u32,
 ) -> Result<Option<GuestProvenance>, JournalError> {
-    const T: &str = "guest_provenance";
-    let row: Option<ProvenanceRow> = tx
-        .query_row(
-            "SELECT p.guest_id, p.created_by_op, p.scratch, p.created_ms, p.identity, a.bootstrap,
-                    p.kind
-             FROM guest_provenance p LEFT JOIN adopted_guests a ON a.guest_id = p.guest_id
-             WHERE p.vmid = ?1",
-            [vmid],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                ))
-            },
-        )
+    // Cached: the reconciler reads provenance on every pass.
+    let mut stmt = tx
+        .prepare_cached(&format!("{SELECT_PROVENANCE} WHERE p.vmid = ?1"))
+        .map_err(query_err("read guest provenance"))?;
+    let row = stmt
+        .query_row([vmid], provenance_row)
         .optional()
         .map_err(query_err("read guest provenance"))?;
-    row.map(
-        |(guest_id, created_by_op, scratch, created_ms, identity, bootstrap, kind)| {
-            let created_by_op = parse_op_id(created_by_op, T)?;
-            let adopted = bootstrap.map(|b| {
-                if b != 0 {
-                    AdoptedAs::WithBootstrap
-                } else {
-                    AdoptedAs::WithoutBootstrap
-                }
-            });
-            Ok(GuestProvenance {
-                vmid,
-                guest_id,
-                created_by_op,
-                scratch: scratch != 0,
-                created_at: from_ms(created_ms, T, "created_ms")?,
-                identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
-                adopted,
-                kind: kind_of_row(kind)?,
-            })
-        },
-    )
-    .transpose()
+    row.map(into_provenance).transpose()
+}
+
+/// A provenance row with its adoption, as [`provenance_row`] reads it.
+const SELECT_PROVENANCE: &str =
+    "SELECT p.vmid, p.guest_id, p.created_by_op, p.scratch, p.created_ms,
+            p.identity, a.bootstrap, p.kind
+     FROM guest_provenance p LEFT JOIN adopted_guests a ON a.guest_id = p.guest_id";
+
+fn provenance_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(u32, ProvenanceRow)> {
+    Ok((
+        row.get(0)?,
+        (
+            row.get(1)?,
+            row.get(2)?,
+            row.get(3)?,
+            row.get(4)?,
+            row.get(5)?,
+            row.get(6)?,
+            row.get(7)?,
+        ),
+    ))
+}
+
+fn into_provenance(
+    (vmid, (guest_id, created_by_op, scratch, created_ms, identity, bootstrap, kind)): (
+        u32,
+        ProvenanceRow,
+    ),
+) -> Result<GuestProvenance, JournalError> {
+    const T: &str = "guest_provenance";
+    let created_by_op = parse_op_id(created_by_op, T)?;
+    let adopted = bootstrap.map(|b| {
+        if b != 0 {
+            AdoptedAs::WithBootstrap
+        } else {
+            AdoptedAs::WithoutBootstrap
+        }
+    });
+    Ok(GuestProvenance {
+        vmid,
+        guest_id,
+        created_by_op,
+        scratch: scratch != 0,
+        created_at: from_ms(created_ms, T, "created_ms")?,
+        identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
+        adopted,
+        kind: kind_of_row(kind)?,
+    })
 }
 
 /// A new guest's provenance row of `kind`, inside `tx`: refused if the vmid already has one.
@@ -294,22 +306,19 @@ impl Store {
 
     /// Every guest the journal knows the agent created, by vmid.
     pub fn all_provenance(&self) -> Result<Vec<GuestProvenance>, JournalError> {
-        let vmids: Vec<u32> = {
-            let mut stmt = self
-                .conn
-                .prepare("SELECT vmid FROM guest_provenance ORDER BY vmid")
-                .map_err(query_err("list guest provenance"))?;
-            let rows = stmt
-                .query_map([], |row| row.get::<_, u32>(0))
-                .map_err(query_err("list guest provenance"))?;
-            rows.collect::<Result<_, _>>()
-                .map_err(query_err("list guest provenance"))?
-        };
-        let mut out = Vec::with_capacity(vmids.len());
-        for vmid in vmids {
-            if let Some(p) = provenance_in(&self.conn, vmid)? {
-                out.push(p);
-            }
+        // One statement for every row (the reconciler and the report read this each pass).
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("{SELECT_PROVENANCE} ORDER BY p.vmid"))
+            .map_err(query_err("list guest provenance"))?;
+        let rows = stmt
+            .query_map([], provenance_row)
+            .map_err(query_err("list guest provenance"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(into_provenance(
+                row.map_err(query_err("list guest provenance"))?,
+            )?);
         }
         Ok(out)
     }

@@ -2,7 +2,10 @@
 //! before its Proxmox call, its UPID after it and its outcome when it ends; the operation
 //! ends `done`, `failed` or `compensated`. Replay on start reads the unfinished ones.
 
+use std::collections::HashSet;
+
 use rusqlite::{OptionalExtension, Transaction, params};
+use uuid::Uuid;
 
 use super::error::JournalError;
 use super::handle::{JournalHandle, journal_calls};
@@ -179,7 +182,7 @@ impl Store {
     pub fn recent_operations(&self, limit: u32) -> Result<Vec<Operation>, JournalError> {
         let mut stmt = self
             .conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "{SELECT_OPERATION} ORDER BY started_ms DESC, op_id DESC LIMIT ?1"
             ))
             .map_err(query_err("read recent operations"))?;
@@ -200,7 +203,7 @@ impl Store {
     pub fn steps(&self, op_id: OpId) -> Result<Vec<Step>, JournalError> {
         let mut stmt = self
             .conn
-            .prepare(&format!("{SELECT_STEP} WHERE op_id = ?1 ORDER BY seq"))
+            .prepare_cached(&format!("{SELECT_STEP} WHERE op_id = ?1 ORDER BY seq"))
             .map_err(query_err("read steps"))?;
         let rows = stmt
             .query_map([op_id.to_string()], raw_step)
@@ -217,7 +220,7 @@ impl Store {
     pub fn unfinished_operations(&self) -> Result<Vec<UnfinishedOperation>, JournalError> {
         let mut stmt = self
             .conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "{SELECT_OPERATION} WHERE status = 'running' ORDER BY started_ms, op_id"
             ))
             .map_err(query_err("read unfinished operations"))?;
@@ -232,14 +235,15 @@ impl Store {
             );
         }
         let mut unfinished = Vec::with_capacity(ops.len());
+        let mut last_step_of = self
+            .conn
+            .prepare_cached(&format!(
+                "{SELECT_STEP} WHERE op_id = ?1 ORDER BY seq DESC LIMIT 1"
+            ))
+            .map_err(query_err("read last step"))?;
         for operation in ops {
-            let last_step = self
-                .conn
-                .query_row(
-                    &format!("{SELECT_STEP} WHERE op_id = ?1 ORDER BY seq DESC LIMIT 1"),
-                    [operation.op_id.to_string()],
-                    raw_step,
-                )
+            let last_step = last_step_of
+                .query_row([operation.op_id.to_string()], raw_step)
                 .optional()
                 .map_err(query_err("read last step"))?
                 .map(RawStep::into_step)
@@ -482,6 +486,30 @@ impl JournalHandle {
                 .map(|op| {
                     let steps = s.steps(op.op_id)?;
                     Ok((op, steps))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// See [`Store::recent_operations`]; each with its steps, but for the ended operations
+    /// among `ended_known`: the caller holds what they were, and an ended operation never
+    /// changes again (every write to an operation or its steps requires it running), so their
+    /// steps are not read (`None`).
+    pub async fn recent_operations_but(
+        &self,
+        limit: u32,
+        ended_known: HashSet<Uuid>,
+    ) -> Result<Vec<(Operation, Option<Vec<Step>>)>, JournalError> {
+        self.call(move |s| {
+            s.recent_operations(limit)?
+                .into_iter()
+                .map(|op| {
+                    if op.status.is_terminal() && ended_known.contains(&op.op_id.as_uuid()) {
+                        return Ok((op, None));
+                    }
+                    let steps = s.steps(op.op_id)?;
+                    Ok((op, Some(steps)))
                 })
                 .collect()
         })
