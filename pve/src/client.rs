@@ -445,7 +445,9 @@ fn decode<T: DeserializeOwned>(ctx: Ctx, data: Value) -> Result<T, PveError> {
         let s = data.to_string();
         s.chars().take(200).collect::<String>()
     };
-    serde_json::from_value(data.clone()).map_err(|source| PveError::Decode {
+    // Read from the tree in place: a copy of it only to keep an excerpt for the error would
+    // cost every call what the decoding costs.
+    T::deserialize(&data).map_err(|source| PveError::Decode {
         op: ctx.op,
         vmid: ctx.vmid,
         body_excerpt: excerpt(),

@@ -68,7 +68,7 @@ impl Store {
         const WHAT: &str = "list kept golden archives";
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT volid, sha256, recipe_version, controller_digest, built_ms, verified_ms,
                         verify_duration_ms, prune_attempts, prune_error, prune_failed_ms
                  FROM golden_archives
@@ -219,11 +219,12 @@ impl Store {
     pub fn golden_outcome(&self) -> Result<Option<GoldenOutcomeRow>, JournalError> {
         let row: Option<(String, Option<String>, Option<String>, i64)> = self
             .conn
-            .query_row(
+            .prepare_cached(
                 "SELECT outcome, reason, version, at_ms FROM golden_outcome WHERE id = 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
+            .and_then(|mut stmt| {
+                stmt.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            })
             .optional()
             .map_err(query_err("read golden outcome"))?;
         row.map(|(outcome, reason, version, at_ms)| {

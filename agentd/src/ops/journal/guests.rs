@@ -390,7 +390,9 @@ impl Store {
         const T: &str = "guest_tombstones";
         let mut stmt = self
             .conn
-            .prepare("SELECT guest_id, vmid, op_id, gone_ms FROM guest_tombstones ORDER BY gone_ms")
+            .prepare_cached(
+                "SELECT guest_id, vmid, op_id, gone_ms FROM guest_tombstones ORDER BY gone_ms",
+            )
             .map_err(query_err("list tombstones"))?;
         let rows: Vec<(String, i64, String, i64)> = stmt
             .query_map([], |row| {

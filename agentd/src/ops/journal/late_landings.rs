@@ -91,7 +91,7 @@ impl Store {
     pub fn late_landings(&self) -> Result<Vec<LateLanding>, JournalError> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT vmid, op_id, guest_id, asked_ms, watch_until_ms FROM late_landings
                  ORDER BY vmid",
             )

@@ -54,6 +54,26 @@ fn claim(job_id: &str, nonce: &str) -> JobClaim {
 }
 
 #[test]
+fn a_cached_statement_is_not_compiled_again_when_its_values_change() {
+    use rusqlite::StatementStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir);
+    // A bound value compared where a partial index looks (`operations_running` holds
+    // `status = 'running'`): without the planner's stability guarantee, SQLite compiles such a
+    // statement again at each new value.
+    let sql = "SELECT count(*) FROM operations WHERE status = ?1";
+    for status in ["running", "done", "running", "failed"] {
+        let mut stmt = store.conn.prepare_cached(sql).unwrap();
+        let _: i64 = stmt.query_row([status], |r| r.get(0)).unwrap();
+        assert_eq!(
+            stmt.get_status(StatementStatus::RePrepare),
+            0,
+            "compiled again for {status}"
+        );
+    }
+}
+
+#[test]
 fn opens_in_wal_with_full_sync_and_current_schema() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir);
