@@ -189,7 +189,7 @@ impl PveClient {
         ctx: Ctx,
         segments: &[&str],
         params: &Params,
-    ) -> Result<Value, PveError> {
+    ) -> Result<Vec<u8>, PveError> {
         let mut lock_attempt = 1u32;
         let mut transient_attempt = 1u32;
         let mut lock_delay = self.policy.lock_backoff.initial;
@@ -221,7 +221,7 @@ impl PveClient {
         ctx: Ctx,
         segments: &[&str],
         params: &Params,
-    ) -> Result<Value, PveError> {
+    ) -> Result<Vec<u8>, PveError> {
         let endpoint = ctx.op.endpoint();
         let url = self.url(segments);
         let mut auth =
@@ -306,12 +306,7 @@ impl PveClient {
                 &body,
             ));
         }
-        serde_json::from_slice(&body).map_err(|source| PveError::Decode {
-            op: ctx.op,
-            vmid: ctx.vmid,
-            body_excerpt: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
-            source,
-        })
+        Ok(body)
     }
 
     pub(crate) async fn call<T: DeserializeOwned>(
@@ -320,9 +315,8 @@ impl PveClient {
         segments: &[&str],
         params: &Params,
     ) -> Result<T, PveError> {
-        let mut body = self.call_raw(ctx, segments, params).await?;
-        let data = body.get_mut("data").map(Value::take).unwrap_or(Value::Null);
-        decode(ctx, data)
+        let body = self.call_raw(ctx, segments, params).await?;
+        decode_answer(ctx, &body)
     }
 
     fn ct_path<'a>(&'a self, vmid: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
@@ -437,6 +431,39 @@ impl PveClient {
         let ctx = Ctx::ct(op, request.vmid);
         self.call(ctx, &["nodes", self.node.as_str(), "lxc"], &params)
             .await
+    }
+}
+
+/// An answer's envelope, `{"data": …}`; its other members (`errors`, `message`, `total`)
+/// are not read here.
+#[derive(serde::Deserialize)]
+#[serde(bound = "T: DeserializeOwned")]
+struct Answer<T> {
+    /// Absent or `null` for a call that answers nothing.
+    #[serde(default)]
+    data: Option<T>,
+}
+
+/// The `data` of an answer's body, decoded straight from its bytes: no tree of it is built
+/// first, which would cost an idle agent's every read twice what the decoding costs. A
+/// missing or `null` `data` decodes as `null` does.
+fn decode_answer<T: DeserializeOwned>(ctx: Ctx, body: &[u8]) -> Result<T, PveError> {
+    let answer: Answer<T> =
+        serde_json::from_slice(body).map_err(|source| undecodable(ctx, body, source))?;
+    match answer.data {
+        Some(data) => Ok(data),
+        None => decode(ctx, Value::Null),
+    }
+}
+
+/// An answer that is not JSON, or not of the shape the call expects, with its first 200
+/// bytes to say what came instead.
+fn undecodable(ctx: Ctx, body: &[u8], source: serde_json::Error) -> PveError {
+    PveError::Decode {
+        op: ctx.op,
+        vmid: ctx.vmid,
+        body_excerpt: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+        source,
     }
 }
 
@@ -912,7 +939,9 @@ impl Pve for PveClient {
             ("limit".into(), limit.to_string()),
         ];
         let ctx = Ctx::new(Op::TaskLog);
-        let mut body = self.call_raw(ctx, &path, &params).await?;
+        let body = self.call_raw(ctx, &path, &params).await?;
+        let mut body: Value =
+            serde_json::from_slice(&body).map_err(|source| undecodable(ctx, &body, source))?;
         let lines: Vec<TaskLogLine> = decode(
             ctx,
             body.get_mut("data").map(Value::take).unwrap_or(Value::Null),
@@ -950,4 +979,73 @@ async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<V
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::*;
+
+    fn ctx() -> Ctx {
+        Ctx::new(Op::ListCts)
+    }
+
+    #[test]
+    fn the_data_member_is_decoded_and_the_rest_left_unread() {
+        let body = br#"{"errors":null,"data":[{"vmid":101,"name":"a"},{"vmid":102}],"total":2}"#;
+        let got: Vec<BTreeMap<String, Value>> = decode_answer(ctx(), body).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0]["vmid"], 101);
+        let bare: Vec<u32> = decode_answer(ctx(), br#"{"data":[1,2,3]}"#).unwrap();
+        assert_eq!(bare, [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_missing_or_null_data_decodes_as_null_does() {
+        for body in [&br#"{"data":null}"#[..], br"{}", br#"{"success":1}"#] {
+            let none: Option<u32> = decode_answer(ctx(), body).unwrap();
+            assert_eq!(none, None);
+            let value: Value = decode_answer(ctx(), body).unwrap();
+            assert_eq!(value, Value::Null);
+            decode_answer::<()>(ctx(), body).unwrap();
+            // What cannot be null is refused, as it was from a tree.
+            let err = decode_answer::<Vec<u32>>(ctx(), body).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    PveError::Decode {
+                        op: Op::ListCts,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+        }
+        let some: Option<u32> = decode_answer(ctx(), br#"{"data":7}"#).unwrap();
+        assert_eq!(some, Some(7));
+    }
+
+    #[test]
+    fn an_answer_of_another_shape_or_not_json_is_a_decode_error_with_its_start() {
+        let long = format!(r#"{{"data":"{}"}}"#, "x".repeat(500));
+        let err = decode_answer::<Vec<u32>>(ctx(), long.as_bytes()).unwrap_err();
+        let PveError::Decode { body_excerpt, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(body_excerpt.len(), 200);
+        assert!(body_excerpt.starts_with(r#"{"data":"xxx"#));
+        for body in [
+            &b"<html>502 Bad Gateway</html>"[..],
+            b"",
+            br#"{"data":[1,2"#,
+        ] {
+            let err = decode_answer::<Vec<u32>>(ctx(), body).unwrap_err();
+            let PveError::Decode { body_excerpt, .. } = &err else {
+                panic!("{err:?}");
+            };
+            assert_eq!(body_excerpt.as_bytes(), body);
+        }
+        // Bytes that are not UTF-8 do not make the excerpt panic.
+        let err = decode_answer::<Vec<u32>>(ctx(), &[0xff, 0xfe, b'{']).unwrap_err();
+        assert!(matches!(err, PveError::Decode { .. }), "{err:?}");
+    }
 }

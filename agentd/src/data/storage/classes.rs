@@ -9,6 +9,7 @@ use std::path::Path;
 
 use bosun_proto::data_plan::NodeStorage;
 use bosun_proto::desired::{StorageClass, StorageTarget, StorageType};
+use bosun_pve::StorageId;
 
 use super::naming::target_storage_id;
 use super::target::usb_mount_path;
@@ -26,12 +27,23 @@ impl StorageClasses {
         targets: impl IntoIterator<Item = &'a StorageTarget>,
         mount_root: &Path,
     ) -> Self {
+        let named: Vec<(&StorageTarget, StorageId)> = targets
+            .into_iter()
+            .map(|target| (target, target_storage_id(target)))
+            .collect();
+        Self::of_named(named.iter().map(|(t, s)| (*t, s)), mount_root)
+    }
+
+    /// The classes of a manifest's targets, each with its storage id.
+    pub fn of_named<'a>(
+        targets: impl IntoIterator<Item = (&'a StorageTarget, &'a StorageId)>,
+        mount_root: &Path,
+    ) -> Self {
         let mut classes = Self::default();
-        for target in targets {
-            let storage = target_storage_id(target);
+        for (target, storage) in targets {
             let dir = match target.kind {
                 StorageType::LocalDir => Some(target.durable_id.clone()),
-                StorageType::Usb => Some(usb_mount_path(mount_root, &storage)),
+                StorageType::Usb => Some(usb_mount_path(mount_root, storage)),
                 StorageType::Nfs | StorageType::Cifs | StorageType::Pbs => None,
             };
             classes.insert_storage(storage.as_str(), target.class);

@@ -7,6 +7,8 @@
 //! "drift" corrected in place, and finding two identities with one name takes a 128-bit
 //! collision.
 
+use std::collections::HashMap;
+
 use bosun_proto::data_plan::TargetIdentity;
 use bosun_proto::desired::{StorageTarget, StorageType};
 use sha2::{Digest, Sha256};
@@ -38,6 +40,38 @@ pub fn storage_id(identity: &TargetIdentity) -> StorageId {
 /// The Proxmox storage id of `target`.
 pub fn target_storage_id(target: &StorageTarget) -> StorageId {
     storage_id(&target.identity())
+}
+
+/// The storage ids of the manifest's targets, kept from one look to the next: the storage
+/// watcher names each target several times a look, every few seconds, and each name is a
+/// SHA-256. A name is reused only for the very identity it was made from.
+#[derive(Debug, Default)]
+pub struct StorageNames {
+    known: HashMap<String, (TargetIdentity, StorageId)>,
+}
+
+impl StorageNames {
+    /// The names of `manifest`'s targets, in its order; forgets the targets it no longer holds
+    /// (so what is kept is bounded by the manifest).
+    pub fn of_manifest(&mut self, manifest: &[StorageTarget]) -> Vec<StorageId> {
+        self.known
+            .retain(|durable_id, _| manifest.iter().any(|t| t.durable_id == *durable_id));
+        manifest.iter().map(|target| self.of(target)).collect()
+    }
+
+    /// The name of `target`.
+    pub fn of(&mut self, target: &StorageTarget) -> StorageId {
+        let identity = target.identity();
+        if let Some((known, id)) = self.known.get(&target.durable_id)
+            && *known == identity
+        {
+            return id.clone();
+        }
+        let id = storage_id(&identity);
+        self.known
+            .insert(target.durable_id.clone(), (identity, id.clone()));
+        id
+    }
 }
 
 /// The Proxmox storage id of a target of `kind` at `durable_id` with no namespace, user or
@@ -91,6 +125,37 @@ pub fn is_restore_only(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_name_is_given_only_for_the_identity_it_was_made_from() {
+        use bosun_proto::desired::StorageRole;
+        let mut usb = crate::data::storage::target::test_target(
+            StorageType::Usb,
+            "2f1c-aa",
+            StorageRole::VzdumpTarget,
+        );
+        usb.serial = Some("WD-1".into());
+        let nfs = crate::data::storage::target::test_target(
+            StorageType::Nfs,
+            "nas:/export",
+            StorageRole::VzdumpTarget,
+        );
+        let mut names = StorageNames::default();
+        let first = names.of_manifest(&[usb.clone(), nfs.clone()]);
+        assert_eq!(first, [target_storage_id(&usb), target_storage_id(&nfs)]);
+        assert_eq!(names.of(&usb), first[0]);
+        // Another disk under the same filesystem UUID is another storage, at once.
+        usb.serial = Some("WD-2".into());
+        let moved = names.of(&usb);
+        assert_eq!(moved, target_storage_id(&usb));
+        assert_ne!(moved, first[0]);
+        // A target that left the manifest is forgotten.
+        assert_eq!(
+            names.of_manifest(std::slice::from_ref(&nfs)),
+            [target_storage_id(&nfs)]
+        );
+        assert_eq!(names.known.len(), 1);
+    }
 
     #[test]
     fn names_are_stable_distinct_and_valid() {

@@ -61,7 +61,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::classes::StorageClasses;
-use super::naming::{is_bosun_storage, is_restore_only, target_storage_id};
+use super::naming::{StorageNames, is_bosun_storage, is_restore_only};
 use super::reason::{WatchCallError, classify};
 use super::target::{Secrets, TargetError, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
@@ -175,6 +175,8 @@ pub struct StorageWatcher<P> {
     keys: Option<PbsKeyring>,
     /// Restore-only storages whose registration failed, and when to try again.
     restore_retry: HashMap<String, Instant>,
+    /// The manifest's targets' storage ids, made once for each identity.
+    names: StorageNames,
 }
 
 impl<P: Pve + 'static> StorageWatcher<P> {
@@ -193,6 +195,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 refused: HashMap::new(),
                 keys: None,
                 restore_retry: HashMap::new(),
+                names: StorageNames::default(),
             },
             rx,
         )
@@ -243,11 +246,14 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     /// the data plan change only with the desired state: `None` when nothing else is left.
     pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) -> Option<Duration> {
         let desired = desired?;
+        let names = self.names.of_manifest(&desired.state.storage);
         // The classes come from the manifest alone: published before any Proxmox call, so a
         // guest's mounts are classed as soon as its targets are known. Not a reason for a
         // report at once (receivers read them when they answer).
-        let mut classes =
-            StorageClasses::of_targets(&desired.state.storage, &self.parts.mount_root);
+        let mut classes = StorageClasses::of_named(
+            desired.state.storage.iter().zip(&names),
+            &self.parts.mount_root,
+        );
         // The node's own storages (a root volume's) take the class the signed plan gives them.
         if let Some(plan) = &desired.plan {
             classes.insert_node_storages(&plan.plan.node_storages);
@@ -270,27 +276,29 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         // Without the list, each target's own status, asked all at once and each bounded.
         let mut alone = match &storages {
             Some(_) => HashMap::new(),
-            None => self.statuses(&desired.state.storage).await,
+            None => self.statuses(&desired.state.storage, &names).await,
         };
         let mut reports = Vec::with_capacity(desired.state.storage.len());
         let mut all_mounted = true;
-        for target in &desired.state.storage {
+        for (target, storage) in desired.state.storage.iter().zip(&names) {
             let observed = match (target.state, &storages) {
                 (TargetState::Decommissioned, _) => {
                     Observed::plain(TargetStatus::Decommissioned, None)
                 }
                 (TargetState::Disconnected, _) => Observed::plain(TargetStatus::Detached, None),
                 (TargetState::Attached, Some(list)) => {
-                    self.attached(target, list, desired.generation).await
+                    self.attached(target, storage, list, desired.generation)
+                        .await
                 }
                 (TargetState::Attached, None) => {
                     let status = alone.remove(&target.durable_id);
-                    self.alone(target, status, desired.generation).await
+                    self.alone(target, storage, status, desired.generation)
+                        .await
                 }
             };
             all_mounted &= target.state != TargetState::Attached
                 || (observed.status == TargetStatus::Mounted && observed.reason.is_none());
-            reports.push(self.note(target, observed).await);
+            reports.push(self.note(target, storage, observed).await);
         }
         // What the signed data plan refused: reported, never touched.
         reports.extend(refused_reports(&desired.refused));
@@ -298,7 +306,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         // detached here.
         let mut left = false;
         if let Some(list) = &storages {
-            let reported = self.left_manifest(&desired.state.storage, list);
+            let reported = self.left_manifest(&names, list);
             left = !reported.is_empty();
             reports.extend(reported);
         }
@@ -331,8 +339,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     }
 
     /// Reports for `bosun-…` storages Proxmox has that no manifest target names.
-    fn left_manifest(&self, manifest: &[StorageTarget], list: &[StorageInfo]) -> Vec<TargetReport> {
-        let named: Vec<StorageId> = manifest.iter().map(target_storage_id).collect();
+    fn left_manifest(&self, named: &[StorageId], list: &[StorageInfo]) -> Vec<TargetReport> {
         list.iter()
             .filter_map(|info| info.storage.as_deref())
             .filter(|id| {
@@ -361,14 +368,18 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     }
 
     /// Records what was observed of `target`; audits a change of status; gives the report.
-    async fn note(&mut self, target: &StorageTarget, observed: Observed) -> TargetReport {
+    async fn note(
+        &mut self,
+        target: &StorageTarget,
+        storage: &StorageId,
+        observed: Observed,
+    ) -> TargetReport {
         let now = self.parts.clock.now();
-        let storage = target_storage_id(target);
         let previous = self.watched.get(&target.durable_id).map(|w| w.status);
         let entry = self
             .watched
             .entry(target.durable_id.clone())
-            .or_insert_with(|| Watched::new(target, observed.status, now));
+            .or_insert_with(|| Watched::new(target, storage, observed.status, now));
         if previous != Some(observed.status) {
             entry.since = now;
         }
@@ -486,25 +497,25 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     async fn attached(
         &mut self,
         target: &StorageTarget,
+        storage: &StorageId,
         storages: &[StorageInfo],
         generation: u64,
     ) -> Observed {
         if let Some(refused) = self.refusal(target) {
             return refused;
         }
-        let storage = target_storage_id(target);
         let registered = storages
             .iter()
             .find(|s| s.storage.as_deref() == Some(storage.as_str()));
         let Some(info) = registered else {
-            return self.register(target, &storage, generation).await;
+            return self.register(target, storage, generation).await;
         };
         let checked = self.watched.get(&target.durable_id).and_then(|w| w.checked);
         let due = checked.is_none_or(|(g, at)| g != generation || at.elapsed() >= DRIFT_RECHECK)
             || self.key_moved(target);
         let mut differs = None;
         if due {
-            match self.correct(target, &storage).await {
+            match self.correct(target, storage).await {
                 Ok(fixed) => {
                     differs = fixed;
                     self.mark_checked(&target.durable_id, generation);
@@ -517,7 +528,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         if info.active {
             self.forget_failures(&target.durable_id);
             if target.kind == StorageType::Pbs {
-                self.restore_only_storages(target, &storage, storages, due)
+                self.restore_only_storages(target, storage, storages, due)
                     .await;
             }
             return Observed {
@@ -528,14 +539,14 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             };
         }
         match target.kind {
-            StorageType::Usb => self.remount(target, &storage).await,
+            StorageType::Usb => self.remount(target, storage).await,
             StorageType::LocalDir => Observed::failing(
                 TargetStatus::Error,
                 TargetReason::NotActive,
                 format!("storage {storage} is not active"),
             ),
             StorageType::Nfs | StorageType::Cifs | StorageType::Pbs => {
-                self.why_inactive(target, &storage).await
+                self.why_inactive(target, storage).await
             }
         }
     }
@@ -856,11 +867,12 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     /// Counts a failed attempt and schedules the next one.
     fn failed(&mut self, target: &StorageTarget, observed: Observed) -> Observed {
         let now = self.parts.clock.now();
+        let storage = self.names.of(target);
         let w = self
             .watched
             .entry(target.durable_id.clone())
             // Status unknown until `note` records this observation (and audits it).
-            .or_insert_with(|| Watched::new(target, TargetStatus::Unknown, now));
+            .or_insert_with(|| Watched::new(target, &storage, TargetStatus::Unknown, now));
         w.failures = w.failures.saturating_add(1);
         let doublings = w.failures.saturating_sub(1).min(16);
         let cap = if target.kind == StorageType::Usb {
@@ -890,14 +902,19 @@ impl<P: Pve + 'static> StorageWatcher<P> {
 }
 
 impl Watched {
-    fn new(target: &StorageTarget, status: TargetStatus, now: Timestamp) -> Self {
+    fn new(
+        target: &StorageTarget,
+        storage: &StorageId,
+        status: TargetStatus,
+        now: Timestamp,
+    ) -> Self {
         Self {
             status,
             reason: None,
             detail: None,
             since: now,
             checked: None,
-            storage: target_storage_id(target),
+            storage: storage.clone(),
             kind: target.kind,
             retry_at: None,
             failures: 0,

@@ -20,6 +20,7 @@ use bosun_pve::{
 };
 use serde_json::json;
 
+use super::network_guard::{numbered, part};
 use crate::ops::operation::{OpJournal, StepError, StepName};
 
 /// What Proxmox holds of a guest's share.
@@ -45,18 +46,10 @@ impl Default for ObservedShare {
     }
 }
 
-/// A config's interfaces (`net0`…`net31`) with their raw property strings, by index.
+/// A config's interfaces (`net0`…`net31`) with their raw property strings, by index: the
+/// network guard's walk over the keys, not 32 look-ups (every pass reads every guest's).
 fn interfaces(config: &CtConfig) -> Vec<(u8, String)> {
-    (0u8..32)
-        .filter_map(|i| config.get_str(&format!("net{i}")).map(|v| (i, v)))
-        .collect()
-}
-
-/// The value of `key` in a `netN` property string.
-fn part<'a>(property: &'a str, key: &str) -> Option<&'a str> {
-    property
-        .split(',')
-        .find_map(|p| p.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
+    numbered(config, "net")
 }
 
 /// The share `config` holds.

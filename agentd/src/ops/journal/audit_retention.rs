@@ -69,17 +69,14 @@ impl Store {
         let now = self.now();
         self.write("prune audit rows", |tx| {
             let q = query("prune audit rows");
+            // Cached: this runs after every poll the hub acknowledges rows in.
             let head: i64 = tx
-                .query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_log", [], |r| {
-                    r.get(0)
-                })
+                .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM audit_log")
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
                 .map_err(&q)?;
             let (old_acked, pruned_seq): (i64, i64) = tx
-                .query_row(
-                    "SELECT acked_seq, pruned_seq FROM audit_retention WHERE id = 1",
-                    [],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
+                .prepare_cached("SELECT acked_seq, pruned_seq FROM audit_retention WHERE id = 1")
+                .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
                 .map_err(&q)?;
             let head = from_sql(head).max(from_sql(pruned_seq));
             let acked = acked_seq.min(head).max(from_sql(old_acked));
@@ -88,11 +85,8 @@ impl Store {
             let cutoff_ms = to_ms(now)
                 .saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
             let by_age: Option<i64> = tx
-                .query_row(
-                    "SELECT MAX(seq) FROM audit_log WHERE at_ms < ?1",
-                    params![cutoff_ms],
-                    |r| r.get(0),
-                )
+                .prepare_cached("SELECT MAX(seq) FROM audit_log WHERE at_ms < ?1")
+                .and_then(|mut s| s.query_row(params![cutoff_ms], |r| r.get(0)))
                 .map_err(&q)?;
             let beyond = by_count.max(by_age.map_or(0, from_sql));
             let through = beyond.min(acked);

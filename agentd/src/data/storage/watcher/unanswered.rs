@@ -11,7 +11,6 @@ use bosun_proto::desired::{StorageTarget, TargetState};
 use bosun_proto::report::{TargetReason, TargetStatus};
 use bosun_pve::{ContentFilter, ContentType, Op, Pve, PveError, StorageId, StorageInfo};
 
-use super::super::naming::storage_id_of;
 use super::super::reason::{WatchCallError, bounded, classify};
 use super::{Observed, StorageWatcher};
 
@@ -26,24 +25,22 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     }
 
     /// Each attached target's own status, asked all at once (when the list did not come).
+    /// `names` are the manifest's targets' storage ids, in its order.
     pub(super) async fn statuses(
         &self,
         manifest: &[StorageTarget],
+        names: &[StorageId],
     ) -> HashMap<String, Result<StorageInfo, WatchCallError>> {
-        let asks = manifest
-            .iter()
-            .filter(|t| t.state == TargetState::Attached)
-            .map(|t| async move {
-                let storage = storage_id_of(t.kind, &t.durable_id);
-                let status = self
-                    .call(Op::StorageStatus, self.parts.pve.storage_status(&storage))
-                    .await
-                    .map(|mut info| {
-                        info.storage = Some(storage.as_str().to_owned());
-                        info
-                    });
-                (t.durable_id.clone(), status)
-            });
+        let asks = status_asks(manifest, names).map(|(t, storage)| async move {
+            let status = self
+                .call(Op::StorageStatus, self.parts.pve.storage_status(storage))
+                .await
+                .map(|mut info| {
+                    info.storage = Some(storage.as_str().to_owned());
+                    info
+                });
+            (t.durable_id.clone(), status)
+        });
         futures::future::join_all(asks).await.into_iter().collect()
     }
 
@@ -53,11 +50,12 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     pub(super) async fn alone(
         &mut self,
         target: &StorageTarget,
+        storage: &StorageId,
         status: Option<Result<StorageInfo, WatchCallError>>,
         generation: u64,
     ) -> Observed {
         let e = match status {
-            Some(Ok(info)) => return self.attached(target, &[info], generation).await,
+            Some(Ok(info)) => return self.attached(target, storage, &[info], generation).await,
             Some(Err(e)) => e,
             None => return Observed::plain(TargetStatus::Unknown, Some(TargetReason::Failed)),
         };
@@ -120,5 +118,67 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             }
         };
         self.failed(target, observed)
+    }
+}
+
+/// The status calls made when the node's storage list does not come: one for each attached
+/// target, of the storage its whole identity names (a USB disk's serial, a PBS namespace or
+/// user, a CIFS user are part of it), with `names` in `manifest`'s order.
+fn status_asks<'a>(
+    manifest: &'a [StorageTarget],
+    names: &'a [StorageId],
+) -> impl Iterator<Item = (&'a StorageTarget, &'a StorageId)> {
+    manifest
+        .iter()
+        .zip(names)
+        .filter(|(t, _)| t.state == TargetState::Attached)
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_proto::desired::{StorageRole, StorageType};
+
+    use super::super::super::naming::{StorageNames, storage_id_of, target_storage_id};
+    use super::super::super::target::test_target;
+    use super::*;
+
+    #[test]
+    fn each_attached_target_is_asked_about_by_its_whole_identity() {
+        let mut usb = test_target(
+            StorageType::Usb,
+            "0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f",
+            StorageRole::VzdumpTarget,
+        );
+        usb.serial = Some("WD-WX41A12B3C4D".into());
+        let mut pbs = test_target(
+            StorageType::Pbs,
+            "pbs.example:store",
+            StorageRole::VzdumpTarget,
+        );
+        pbs.namespace = Some("tenant-a".into());
+        let mut gone = test_target(StorageType::Nfs, "nas:/export", StorageRole::VzdumpTarget);
+        gone.state = TargetState::Disconnected;
+        let manifest = vec![usb.clone(), gone, pbs.clone()];
+        let names = StorageNames::default().of_manifest(&manifest);
+        let asked: Vec<(&str, &StorageId)> = status_asks(&manifest, &names)
+            .map(|(t, s)| (t.durable_id.as_str(), s))
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                (usb.durable_id.as_str(), &target_storage_id(&usb)),
+                (pbs.durable_id.as_str(), &target_storage_id(&pbs)),
+            ]
+        );
+        // Not the name of the same place without the rest of the identity: that storage is
+        // not the one registered for the target.
+        assert_ne!(
+            target_storage_id(&usb),
+            storage_id_of(usb.kind, &usb.durable_id)
+        );
+        assert_ne!(
+            target_storage_id(&pbs),
+            storage_id_of(pbs.kind, &pbs.durable_id)
+        );
     }
 }
