@@ -11,7 +11,6 @@ use bosun_proto::data_plan::NodeStorage;
 use bosun_proto::desired::{StorageClass, StorageTarget, StorageType};
 use bosun_pve::StorageId;
 
-use super::naming::target_storage_id;
 use super::target::usb_mount_path;
 
 /// Speed classes by Proxmox storage id and by host directory.
@@ -22,19 +21,8 @@ pub struct StorageClasses {
 }
 
 impl StorageClasses {
-    /// The classes of `targets` (a manifest), USB targets mounted under `mount_root`.
-    pub fn of_targets<'a>(
-        targets: impl IntoIterator<Item = &'a StorageTarget>,
-        mount_root: &Path,
-    ) -> Self {
-        let named: Vec<(&StorageTarget, StorageId)> = targets
-            .into_iter()
-            .map(|target| (target, target_storage_id(target)))
-            .collect();
-        Self::of_named(named.iter().map(|(t, s)| (*t, s)), mount_root)
-    }
-
-    /// The classes of a manifest's targets, each with its storage id.
+    /// The classes of a manifest's targets, each with its storage id, USB targets mounted
+    /// under `mount_root`.
     pub fn of_named<'a>(
         targets: impl IntoIterator<Item = (&'a StorageTarget, &'a StorageId)>,
         mount_root: &Path,
@@ -104,6 +92,7 @@ mod tests {
     use bosun_proto::desired::StorageRole;
 
     use super::*;
+    use crate::data::storage::naming::{StorageNames, target_storage_id};
     use crate::data::storage::target::test_target;
 
     #[test]
@@ -119,8 +108,10 @@ mod tests {
         let mut usb = test_target(StorageType::Usb, uuid, StorageRole::BulkData);
         usb.class = StorageClass::Fast;
         let nfs = test_target(StorageType::Nfs, "nas:/export", StorageRole::VzdumpTarget);
+        let manifest = [fast.clone(), slow.clone(), usb.clone(), nfs.clone()];
+        let names = StorageNames::default().of_manifest(&manifest);
         let classes =
-            StorageClasses::of_targets([&fast, &slow, &usb, &nfs], Path::new("/mnt/bosun"));
+            StorageClasses::of_named(manifest.iter().zip(&names), Path::new("/mnt/bosun"));
 
         assert_eq!(
             classes.of_storage(target_storage_id(&fast).as_str()),
