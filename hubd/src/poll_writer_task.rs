@@ -1,7 +1,9 @@
 //! Group commit for polls: one thread owns the write path for heartbeats, drains every poll
 //! waiting in its queue and records them in a single transaction, then answers each caller.
 //! Under load this turns N fsyncs and N lock hand-offs into one, without answering any poll
-//! before what it must keep is durable (decision 0045).
+//! before what it must keep is durable (decision 0045). A batch with such a poll goes on to a
+//! second thread, which syncs the log for every batch waiting and then answers them, while the
+//! writer records the next batch (decision 0134): the writer never waits for the disk.
 //!
 //! A PostgreSQL heartbeat on the host row the replica last wrote goes from the caller's task
 //! in one statement, without the writer (decision 0130). A poll that may wait for the disk,
@@ -19,6 +21,9 @@ use crate::store::{PollRecord, PollRecorded, PollStore, PollView, Store, StoreEr
 /// Most polls in one transaction.
 const MAX_BATCH: usize = 512;
 
+/// Most committed batches waiting for the syncer; past them the writer waits too.
+const SYNCS_WAITING: usize = 16;
+
 type Reply = oneshot::Sender<StoreResult<(PollRecorded, PollView)>>;
 
 /// Submits polls to the writer thread.
@@ -32,10 +37,15 @@ impl PollWriterHandle {
     /// Starts the writer thread; it stops when every handle is dropped.
     pub fn spawn(store: Arc<dyn Store>) -> std::io::Result<Self> {
         let (queue, requests) = mpsc::channel(4 * MAX_BATCH);
+        let (syncer, committed) = std::sync::mpsc::sync_channel(SYNCS_WAITING);
+        let writer = store.clone();
+        std::thread::Builder::new()
+            .name("bosun-poll-sync".into())
+            .spawn(move || sync(writer.as_ref(), committed))?;
         let writer = store.clone();
         std::thread::Builder::new()
             .name("bosun-poll-writer".into())
-            .spawn(move || run(writer.as_ref(), requests))?;
+            .spawn(move || write(writer.as_ref(), requests, syncer))?;
         Ok(Self { queue, store })
     }
 
@@ -73,7 +83,14 @@ impl PollWriterHandle {
     }
 }
 
-fn run(store: &dyn PollStore, mut requests: mpsc::Receiver<(PollRecord, Reply)>) {
+/// A poll's answer, with where it goes.
+type Answer = (Reply, StoreResult<(PollRecorded, PollView)>);
+
+fn write(
+    store: &dyn PollStore,
+    mut requests: mpsc::Receiver<(PollRecord, Reply)>,
+    syncer: std::sync::mpsc::SyncSender<Vec<Answer>>,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = requests.blocking_recv() {
         batch.push(first);
@@ -85,11 +102,19 @@ fn run(store: &dyn PollStore, mut requests: mpsc::Receiver<(PollRecord, Reply)>)
         }
         let (polls, replies): (Vec<PollRecord>, Vec<Reply>) = batch.drain(..).unzip();
         let size = polls.len();
-        match store.record_polls(polls) {
+        match store.commit_polls(polls) {
             Ok(results) => {
-                for (reply, result) in replies.into_iter().zip(results) {
-                    // The caller may have gone away (client disconnected); nothing to do then.
-                    let _ = reply.send(result);
+                // What may wait for the disk (and what was refused) is answered now; what
+                // must not waits for the syncer, while this thread records the next batch.
+                let (durable, now): (Vec<Answer>, Vec<Answer>) = replies
+                    .into_iter()
+                    .zip(results)
+                    .partition(|(_, result)| result.as_ref().is_ok_and(|(r, _)| r.durable));
+                answer(now);
+                if !durable.is_empty()
+                    && let Err(std::sync::mpsc::SendError(durable)) = syncer.send(durable)
+                {
+                    fail(durable, "the poll writer's syncer has stopped");
                 }
             }
             Err(err) => {
@@ -98,12 +123,53 @@ fn run(store: &dyn PollStore, mut requests: mpsc::Receiver<(PollRecord, Reply)>)
                     polls = size,
                     "recording a poll batch failed"
                 );
+                let reason = err.to_string();
                 for reply in replies {
                     let _ = reply.send(Err(StoreError::Batch {
-                        reason: err.to_string(),
+                        reason: reason.clone(),
                     }));
                 }
             }
         }
+    }
+}
+
+/// Makes committed batches durable and answers their polls: one sync for every batch that
+/// waits when it begins (group commit).
+fn sync(store: &dyn PollStore, batches: std::sync::mpsc::Receiver<Vec<Answer>>) {
+    while let Ok(first) = batches.recv() {
+        let mut waiting = vec![first];
+        waiting.extend(batches.try_iter());
+        match store.sync() {
+            Ok(()) => waiting.into_iter().for_each(answer),
+            Err(err) => {
+                tracing::error!(
+                    error = &err as &dyn std::error::Error,
+                    polls = waiting.iter().map(Vec::len).sum::<usize>(),
+                    "making a poll batch durable failed"
+                );
+                let reason = err.to_string();
+                for batch in waiting {
+                    fail(batch, &reason);
+                }
+            }
+        }
+    }
+}
+
+fn answer(answers: Vec<Answer>) {
+    for (reply, result) in answers {
+        // The caller may have gone away (client disconnected); nothing to do then.
+        let _ = reply.send(result);
+    }
+}
+
+/// Answers each poll with an error: it was committed, but is not known to be on disk, so its
+/// agent sends it again.
+fn fail(answers: Vec<Answer>, reason: &str) {
+    for (reply, _) in answers {
+        let _ = reply.send(Err(StoreError::Batch {
+            reason: reason.to_owned(),
+        }));
     }
 }

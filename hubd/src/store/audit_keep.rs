@@ -69,6 +69,11 @@ struct Newest {
 /// Keeps `entry` of `host`, whose highest audit sequence stored before this poll was `held`;
 /// whether it is new (a row, or one more repeat of one). An entry at or below `held` was kept
 /// before (an agent sends again what a lost answer did not acknowledge).
+/// The newest audit row of a host's subject, read for every audit entry a poll carries.
+pub(super) const NEWEST_OF_SUBJECT_SQL: &str =
+    "SELECT seq, COALESCE(last_seq, seq), action, detail FROM audit
+     WHERE host_id = ?1 AND subject = ?2 ORDER BY seq DESC LIMIT 1";
+
 pub(super) fn keep(
     tx: Tx<'_, '_>,
     host: &str,
@@ -83,8 +88,7 @@ pub(super) fn keep(
     let subject = subject(entry);
     let newest = tx.query_opt(
         "read newest audit row of a subject",
-        "SELECT seq, COALESCE(last_seq, seq), action, detail FROM audit
-         WHERE host_id = ?1 AND subject = ?2 ORDER BY seq DESC LIMIT 1",
+        NEWEST_OF_SUBJECT_SQL,
         &[&host, &subject],
         |r| {
             Ok(Newest {

@@ -53,6 +53,14 @@ pub(super) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
+    /// See [`Store::commit_polls`](crate::store::PollStore::commit_polls); a store whose
+    /// commit waits for the disk by itself records the batch as `record_polls` does.
+    fn commit_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        self.record_polls(polls)
+    }
     /// See [`Store::record_poll_now`](crate::store::PollStore::record_poll_now); a store that must wait for a server never does.
     fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
         let _ = poll;
@@ -330,6 +338,12 @@ impl<B: Backend> PollStore for B {
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
         Backend::record_polls(self, polls)
+    }
+    fn commit_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        Backend::commit_polls(self, polls)
     }
     fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
         Backend::record_poll_now(self, poll)

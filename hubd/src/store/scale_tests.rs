@@ -298,10 +298,18 @@ fn the_statements_of_a_poll_compile_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
     reported_host(&store);
-    let conn = store.hold_writer();
-    for sql in [
-        super::hosts::poll_select(super::tx::Dialect::Sqlite),
-        super::alert_triage::MATCHING_SILENCE_SQL,
+    let writer = store.hold_writer();
+    // A read connection plans once too: the newest jobs of a host, as the dashboard lists them.
+    let newest_jobs = "SELECT job_id FROM jobs WHERE host_id = ?1 ORDER BY seq DESC LIMIT ?2";
+    let reader = store.read_connection().unwrap();
+    for (conn, sql) in [
+        (
+            &*writer,
+            super::hosts::poll_select(super::tx::Dialect::Sqlite),
+        ),
+        (&*writer, super::alert_triage::MATCHING_SILENCE_SQL),
+        (&*writer, super::audit_keep::NEWEST_OF_SUBJECT_SQL),
+        (&reader, newest_jobs),
     ] {
         let mut stmt = conn.prepare(sql).unwrap();
         let count = stmt.parameter_count();

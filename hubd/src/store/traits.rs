@@ -188,6 +188,15 @@ pub trait PollStore: Send + Sync {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
+    /// Records a batch as [`Store::record_polls`](crate::store::PollStore::record_polls) does
+    /// and returns once it is committed, without waiting for the disk: before answering a
+    /// poll that must be durable ([`PollRecorded::durable`]), call
+    /// [`Store::sync`](crate::store::PollStore::sync). The poll writer records its next batch
+    /// while the last one's sync runs (decision 0134).
+    fn commit_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
     /// Desired state and queued jobs for a host.
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView>;
     /// Records one poll on the calling thread, at once, when the store can without waiting:

@@ -93,6 +93,7 @@ impl SqliteStore {
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        plan_once(&conn).map_err(open_err)?;
         migrate(&mut conn)?;
         monitored::install(&mut conn)?;
         let artifact_files = super::artifact_files::ArtifactFiles::open(data_dir)?;
@@ -168,6 +169,13 @@ impl SqliteStore {
         self.conn.lock()
     }
 
+    /// Holds the log's sync: every [`Backend::sync`] waits until the guard is dropped (tests: a
+    /// slow disk).
+    #[cfg(test)]
+    pub(crate) fn hold_sync(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.syncing.lock()
+    }
+
     /// Whether batches of polls wait for a flush to be durable, and how often the log was
     /// synced (tests).
     #[cfg(test)]
@@ -186,6 +194,12 @@ impl SqliteStore {
             .with(|conn| Ok(keep_map::map_drops(conn)))
             .ok()
             .flatten()
+    }
+
+    /// A read connection opened as the store opens its own (tests).
+    #[cfg(test)]
+    pub(in crate::store) fn read_connection(&self) -> StoreResult<Connection> {
+        self.readers.open_one()
     }
 
     /// How many read connections are open (tests).
@@ -355,6 +369,20 @@ impl Drop for Batch<'_> {
     }
 }
 
+/// Plans each statement once, when it is compiled. Without the query planner's stability
+/// guarantee SQLite compiles a cached statement again at each new value bound to a parameter
+/// its plan could look at (one compared with an indexed column under an `ORDER BY`, `max()`
+/// or `LIMIT`): the audit trail's newest row of a subject, read for every audit entry a poll
+/// carries, was compiled anew each time. The hub's partial indexes hold rows `IS NOT NULL`,
+/// which a comparison with any value implies, so no plan loses them.
+pub(super) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .map(|_| ())
+}
+
 fn migrate(conn: &mut Connection) -> StoreResult<()> {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
@@ -433,22 +461,30 @@ impl Backend for SqliteStore {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
-        // The batch commits without waiting for the disk (the WAL is written, not synced);
-        // when one of its polls must be durable before its answer, the WAL is synced here, and
-        // otherwise by the next flush (decision 0045).
-        let conn = self.conn.lock();
-        let recorded = record_batch(&conn, &polls);
-        drop(conn);
-        let results = recorded?;
+        // When one of the batch's polls must be durable before its answer, the WAL is synced
+        // here, and otherwise by the next flush (decision 0045).
+        let results = self.commit_polls(polls)?;
         let durable = results
             .iter()
             .any(|r| r.as_ref().is_ok_and(|(recorded, _)| recorded.durable));
         if durable {
-            self.sync_wal()?;
-        } else {
-            self.unsynced
-                .store(true, std::sync::atomic::Ordering::Release);
+            Backend::sync(self)?;
         }
+        Ok(results)
+    }
+
+    fn commit_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        // The batch commits without waiting for the disk (the WAL is written, not synced):
+        // the next sync or flush owes it.
+        let conn = self.conn.lock();
+        let recorded = record_batch(&conn, &polls);
+        drop(conn);
+        let results = recorded?;
+        self.unsynced
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(results)
     }
 

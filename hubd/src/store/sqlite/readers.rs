@@ -86,7 +86,14 @@ impl Readers {
         conn.pragma_update(None, "mmap_size", super::MMAP_BYTES)
             .map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(super::STATEMENT_CACHE);
+        super::plan_once(&conn).map_err(open_err)?;
         Ok(conn)
+    }
+
+    /// A read connection of the pool's kind, outside the pool (for tests).
+    #[cfg(test)]
+    pub(in crate::store) fn open_one(&self) -> StoreResult<Connection> {
+        self.open()
     }
 
     /// How many read connections are open (for tests).

@@ -154,3 +154,56 @@ fn a_reader_keeps_its_memory_map_across_the_writers_commits() {
     enroll(&store, None);
     assert_eq!(listed(hosts + 1), (kept + 1, dropped));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the held sync is the slow disk the test is about"
+)]
+async fn a_poll_waiting_for_the_disk_holds_back_no_other_batch() {
+    use crate::poll_writer_task::PollWriterHandle;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let (host, key) = enroll(store.as_ref(), None);
+    let writer = PollWriterHandle::spawn(store.clone()).unwrap();
+    // A disk that does not answer: the log's sync waits.
+    let disk = store.hold_sync();
+    // A first report must be durable before its answer: committed, then it waits.
+    let first = tokio::spawn({
+        let writer = writer.clone();
+        async move { writer.record(poll(host, key)).await }
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while !store.syncs().0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the first report is committed");
+    // A poll behind it in the writer's queue (a stranger's, refused) is answered meanwhile:
+    // the writer goes on while the sync waits.
+    let stranger = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        writer.record(poll(Uuid::new_v4(), key)),
+    )
+    .await
+    .expect("the writer answers the next batch while a sync waits");
+    assert!(
+        matches!(stranger, Err(crate::store::StoreError::UnknownHost { .. })),
+        "{stranger:?}"
+    );
+    assert!(
+        !first.is_finished(),
+        "a first report is answered only once it is on disk"
+    );
+    drop(disk);
+    let (recorded, view) = tokio::time::timeout(std::time::Duration::from_secs(10), first)
+        .await
+        .expect("the first report is answered once the sync ran")
+        .unwrap()
+        .unwrap();
+    assert!(recorded.durable);
+    assert_eq!(view.report_seq, Some(1));
+    assert!(!store.syncs().0, "the sync paid what the batch owed");
+}
