@@ -37,7 +37,33 @@ fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
 
 /// Starts `serve --config`, and reads each side's address from its `hub listening` line.
 fn serve(config: &Path) -> (Hub, HashMap<String, String>) {
-    let mut child = Command::new(HUBD)
+    let (hub, sides, _) = serve_under(&[], config);
+    let addrs = sides
+        .into_iter()
+        .map(|(side, (addr, _))| (side, addr))
+        .collect();
+    (hub, addrs)
+}
+
+/// Starts `serve --config` under the command `wrapper` (none: directly). Each side's address
+/// and `hub listening` line, and the lines the hub logs after them.
+fn serve_under(
+    wrapper: &[&str],
+    config: &Path,
+) -> (
+    Hub,
+    HashMap<String, (String, String)>,
+    std::sync::mpsc::Receiver<String>,
+) {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(HUBD);
+            command
+        }
+        None => Command::new(HUBD),
+    };
+    let mut child = command
         .args(["serve", "--config"])
         .arg(config)
         .env("BOSUN_LOG", "info")
@@ -51,38 +77,40 @@ fn serve(config: &Path) -> (Hub, HashMap<String, String>) {
     let hub = Hub(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // Read to the end, heard or not: a hub whose log is not read would stop at a full pipe.
         for line in stderr.lines().map_while(Result::ok) {
-            if line.contains("hub listening") {
-                let addr = line
-                    .split("addr=")
-                    .nth(1)
-                    .and_then(|rest| rest.split_whitespace().next());
-                let side = line
-                    .split("side=\"")
-                    .nth(1)
-                    .and_then(|rest| rest.split('"').next());
-                if let (Some(addr), Some(side)) = (addr, side) {
-                    let _ = tx.send((side.to_owned(), addr.to_owned()));
-                }
-            }
+            let _ = tx.send(line);
         }
     });
     let mut sides = HashMap::new();
     while sides.len() < 2 {
-        let (side, addr) = rx
+        let line = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("the hub logs both listeners");
-        sides.insert(side, addr);
+        if !line.contains("hub listening") {
+            continue;
+        }
+        let addr = line
+            .split("addr=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next());
+        let side = line
+            .split("side=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next());
+        if let (Some(addr), Some(side)) = (addr, side) {
+            sides.insert(side.to_owned(), (addr.to_owned(), line.clone()));
+        }
     }
-    (hub, sides)
+    (hub, sides, rx)
 }
 
-#[tokio::test]
-async fn the_admin_side_is_served_only_on_its_own_address() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+/// A hub initialized in `dir` with the agent and admin sides on addresses of their own: its
+/// config file, certificate fingerprint, admin token, and a client pinned to it.
+fn init_split(dir: &Path) -> (std::path::PathBuf, String, String, reqwest::Client) {
+    let data = dir.join("data");
     let config = write_config(
-        dir.path(),
+        dir,
         &format!(
             "data_dir = {:?}\n[listen]\nagent = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n",
             data.display().to_string()
@@ -104,16 +132,22 @@ async fn the_admin_side_is_served_only_on_its_own_address() {
     let fingerprint = field(&text, "fingerprint:").to_owned();
     let admin = field(&text, "admin token:").to_owned();
     assert!(data.join("hub.db").exists() || std::fs::read_dir(&data).unwrap().count() > 0);
-
-    let (mut hub, sides) = serve(&config);
-    let agent_url = format!("https://{}", sides["agent API"]);
-    let admin_url = format!("https://{}", sides["admin API"]);
-    assert_ne!(agent_url, admin_url);
     let client = reqwest::Client::builder()
         .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(&fingerprint).unwrap())
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
+    (config, fingerprint, admin, client)
+}
+
+#[tokio::test]
+async fn the_admin_side_is_served_only_on_its_own_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _, admin, client) = init_split(dir.path());
+    let (mut hub, sides) = serve(&config);
+    let agent_url = format!("https://{}", sides["agent API"]);
+    let admin_url = format!("https://{}", sides["admin API"]);
+    assert_ne!(agent_url, admin_url);
 
     // The operator side answers on the admin address.
     let hosts = client
@@ -266,4 +300,112 @@ fn a_missing_or_wrong_config_file_stops_the_hub_before_it_binds() {
     let stderr = run(&["init", "--config", nothing.to_str().unwrap()]);
     assert!(stderr.contains("data"), "{stderr}");
     assert!(!Path::new(&data).exists(), "nothing was created");
+}
+
+/// A file limit of 1,024 leaves the hub 512 connections after its own files: 256 for each side.
+const NOFILE: &str = "--nofile=1024:1024";
+const SIDE_CAP: usize = 256;
+
+/// Whether the hub closed `conn` (an end of stream or a reset); `conn` does not block.
+fn closed_by_the_hub(conn: &std::net::TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match conn.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(err) => err.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// How many of `conns` the hub closed, once that many stayed closed for a moment (at most 10 s).
+fn count_closed(conns: &[std::net::TcpStream]) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = (0, std::time::Instant::now());
+    loop {
+        let closed = conns.iter().filter(|c| closed_by_the_hub(c)).count();
+        if closed != last.0 {
+            last = (closed, std::time::Instant::now());
+        } else if closed > 0 && last.1.elapsed() > Duration::from_millis(500) {
+            return closed;
+        }
+        if std::time::Instant::now() > deadline {
+            return closed;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn connections_past_what_the_file_limit_holds_are_refused_and_the_hub_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _, admin, client) = init_split(dir.path());
+    let (_hub, sides, log) = serve_under(&["prlimit", NOFILE, "--"], &config);
+    for side in ["agent API", "admin API"] {
+        assert!(
+            sides[side]
+                .1
+                .contains(&format!("max_connections={SIDE_CAP}")),
+            "{}",
+            sides[side].1
+        );
+    }
+    let agent = sides["agent API"].0.clone();
+    let admin_url = format!("https://{}", sides["admin API"].0);
+
+    // Someone fills the agent side with connections that never start a handshake: those past
+    // the cap are closed at once, before a handshake, and the others wait for theirs.
+    const OVER: usize = 32;
+    let flood = tokio::task::spawn_blocking(move || {
+        let flood: Vec<_> = (0..SIDE_CAP + OVER)
+            .map(|_| {
+                let conn = std::net::TcpStream::connect(&agent).unwrap();
+                conn.set_nonblocking(true).unwrap();
+                conn
+            })
+            .collect();
+        assert_eq!(count_closed(&flood), OVER, "the connections past the cap");
+        flood
+    })
+    .await
+    .unwrap();
+
+    // The operators' side has its own share, and the store its files: the admin API answers.
+    let hosts = client
+        .get(format!("{admin_url}/v1/admin/hosts"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hosts.status(), StatusCode::OK);
+    let refused = std::iter::from_fn(|| log.recv_timeout(Duration::from_secs(10)).ok())
+        .find(|line| line.contains("connections refused"))
+        .expect("the refusals are logged");
+    assert!(refused.contains("agent API"), "{refused}");
+
+    // Once the flood goes, agents are served again.
+    drop(flood);
+    let agent_url = format!("https://{}", sides["agent API"].0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = client
+            .post(format!(
+                "{agent_url}/v1/hosts/{}/poll",
+                uuid::Uuid::new_v4()
+            ))
+            .bearer_auth("not-a-host-key")
+            .body("{}")
+            .send()
+            .await;
+        match answer {
+            Ok(resp) => {
+                // Answered: a stranger's poll is refused.
+                assert!(resp.status().is_client_error(), "{}", resp.status());
+                break;
+            }
+            Err(err) => assert!(
+                std::time::Instant::now() < deadline,
+                "the agent side serves again once the flood closed: {err}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

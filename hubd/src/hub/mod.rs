@@ -17,6 +17,7 @@ use crate::signals::HostSignals;
 use crate::store::{HostCredentials, KeyMatch, Store, StoreError, WatchChange};
 use crate::{HubConfig, HubError};
 
+pub mod conn_cap;
 pub mod serve;
 
 /// A cheaply cloneable handle on the hub.

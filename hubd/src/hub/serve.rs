@@ -1,9 +1,13 @@
 //! Serving: the listeners, the background tasks, the routers, and draining on the way out.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum_server::tls_rustls::RustlsAcceptor;
+
 use super::Hub;
+use super::conn_cap::{self, CappedAcceptor, ConnectionCap};
 use crate::error::HubError;
 
 impl Hub {
@@ -18,6 +22,7 @@ impl Hub {
         let listeners = listeners.into();
         let agent = prepare(listeners.agent)?;
         let admin = listeners.admin.map(prepare).transpose()?;
+        let connections = conn_cap::total();
         if let Some(interval) = self.inner.config.dead_man.sweep_interval {
             self.inner
                 .tasks
@@ -48,14 +53,20 @@ impl Hub {
         let served = match admin {
             None => {
                 let router = crate::api::router(self.clone());
-                self.serve_one(agent, router, "hub", handle).await
+                let cap = ConnectionCap::new("hub", connections);
+                self.serve_one(agent, router, cap, handle).await
             }
             Some(admin) => {
                 let agents = crate::api::agent_router(self.clone());
                 let operators = crate::api::admin_router(self.clone());
+                // The admin side keeps its own share: agents that fill theirs leave the
+                // operators theirs.
+                let admin_cap = conn_cap::ADMIN_CONNECTIONS.min(connections / 2);
+                let agent_cap = ConnectionCap::new("agent API", connections - admin_cap);
+                let admin_cap = ConnectionCap::new("admin API", admin_cap);
                 let (agents, operators) = tokio::join!(
-                    self.serve_one(agent, agents, "agent API", handle.clone()),
-                    self.serve_one(admin, operators, "admin API", handle),
+                    self.serve_one(agent, agents, agent_cap, handle.clone()),
+                    self.serve_one(admin, operators, admin_cap, handle),
                 );
                 agents.and(operators)
             }
@@ -74,25 +85,29 @@ impl Hub {
         served
     }
 
-    /// Serves `router` over TLS on one listener until the shared `handle` shuts down. A
-    /// listener that fails stops the whole hub, so one side never runs without the other.
+    /// Serves `router` over TLS on one listener, at most `cap` connections at once, until the
+    /// shared `handle` shuts down. A listener that fails stops the whole hub, so one side never
+    /// runs without the other.
     async fn serve_one(
         &self,
         (listener, addr): (std::net::TcpListener, String),
         router: axum::Router,
-        side: &'static str,
+        cap: Arc<ConnectionCap>,
         handle: axum_server::Handle<std::net::SocketAddr>,
     ) -> Result<(), HubError> {
         let tls = self.inner.served_key.tls();
         tracing::info!(
             %addr,
-            side,
+            side = cap.side(),
             fingerprint = self.fingerprint(),
             key_pin = self.key_pin(),
+            max_connections = cap.max(),
             "hub listening"
         );
-        let served = match axum_server::from_tcp_rustls(listener, tls) {
+        let acceptor = CappedAcceptor::new(RustlsAcceptor::new(tls), cap);
+        let served = match axum_server::from_tcp(listener) {
             Ok(server) => server
+                .acceptor(acceptor)
                 .handle(handle)
                 .serve(router.into_make_service_with_connect_info::<std::net::SocketAddr>())
                 .await
