@@ -140,6 +140,17 @@ fn init_split(dir: &Path) -> (std::path::PathBuf, String, String, reqwest::Clien
     (config, fingerprint, admin, client)
 }
 
+/// The status of the host list asked of the admin side at `admin_url`.
+async fn hosts_status(client: &reqwest::Client, admin_url: &str, admin: &str) -> StatusCode {
+    client
+        .get(format!("{admin_url}/v1/admin/hosts"))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
 #[tokio::test]
 async fn the_admin_side_is_served_only_on_its_own_address() {
     let dir = tempfile::tempdir().unwrap();
@@ -150,13 +161,10 @@ async fn the_admin_side_is_served_only_on_its_own_address() {
     assert_ne!(agent_url, admin_url);
 
     // The operator side answers on the admin address.
-    let hosts = client
-        .get(format!("{admin_url}/v1/admin/hosts"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(hosts.status(), StatusCode::OK);
+    assert_eq!(
+        hosts_status(&client, &admin_url, &admin).await,
+        StatusCode::OK
+    );
     let metrics = client
         .get(format!("{admin_url}/metrics"))
         .send()
@@ -369,13 +377,10 @@ async fn connections_past_what_the_file_limit_holds_are_refused_and_the_hub_keep
     .unwrap();
 
     // The operators' side has its own share, and the store its files: the admin API answers.
-    let hosts = client
-        .get(format!("{admin_url}/v1/admin/hosts"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(hosts.status(), StatusCode::OK);
+    assert_eq!(
+        hosts_status(&client, &admin_url, &admin).await,
+        StatusCode::OK
+    );
     let refused = std::iter::from_fn(|| log.recv_timeout(Duration::from_secs(10)).ok())
         .find(|line| line.contains("connections refused"))
         .expect("the refusals are logged");
