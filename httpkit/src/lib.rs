@@ -8,6 +8,10 @@
 //! [`DrainLimits`] so the answer goes out on a connection that stays usable. When the rest is
 //! longer, stalls or breaks, the answer says `Connection: close` instead and the connection
 //! ends after it.
+//!
+//! [`conn`] closes connections that hold their place without a request.
+
+pub mod conn;
 
 use std::pin::Pin;
 use std::sync::Arc;
