@@ -25,6 +25,8 @@ pub struct HubConfig {
     pub long_poll: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// The time a request body has to arrive whole (an artifact upload has its own).
+    pub body_timeout: Duration,
     /// How long a connection is kept without a request in flight: after its last answer, and
     /// from the first byte of a request head to its end.
     pub connection_timeouts: bosun_httpkit::conn::Timeouts,
@@ -59,6 +61,7 @@ impl HubConfig {
             poll_interval: Duration::from_secs(30),
             long_poll: Duration::from_secs(25),
             max_body_bytes: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
             connection_timeouts: crate::hub::conn_cap::TIMEOUTS,
             dead_man: deadman::DeadManConfig::default(),
             webhook: None,

@@ -2,13 +2,14 @@
 //! over the limit is answered 413 (not a reset), and a body an endpoint does not read (a GET
 //! with a body, a refused POST) leaves the connection usable, or the answer that ends it says
 //! `Connection: close`. A client never loses a request on a connection the hub did not
-//! announce closing.
+//! announce closing. A body that never arrives whole is answered 408 and its connection closed.
 
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use bosun_tests::raw_http::{Probe, RawConn, code, run_rounds};
 
@@ -160,4 +161,59 @@ async fn a_body_too_long_to_drain_is_answered_with_connection_close() {
         "the answer must announce the close: {answer:?}"
     );
     assert!(ended, "the hub keeps a connection it said it would close");
+}
+
+#[tokio::test]
+async fn a_body_that_never_arrives_whole_is_answered_408_and_its_connection_closed() {
+    let within = Duration::from_secs(1);
+    let hub = TestHub::start_with(|config| config.body_timeout = within).await;
+    let addr = address(&hub);
+    let fingerprint = hub.hub.fingerprint().to_owned();
+    // Enrollment and the dashboard's login read their bodies before any credential: 1,000
+    // bytes announced, a few sent, the rest never.
+    let head = |path: &str, content_type: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: {HOST}\r\norigin: https://{HOST}\r\n\
+             content-type: {content_type}\r\ncontent-length: 1000\r\n\r\n"
+        )
+    };
+    let attempts = [
+        (
+            "enroll",
+            head("/v1/enroll", "application/json") + r#"{"token": "#,
+        ),
+        (
+            "login",
+            head("/ui/login", "application/x-www-form-urlencoded") + "token=",
+        ),
+    ];
+    for (name, sent) in attempts {
+        let fingerprint = fingerprint.clone();
+        let started = Instant::now();
+        let (answer, ended) = tokio::task::spawn_blocking(move || {
+            let mut conn = RawConn::open(addr, HOST, &fingerprint).unwrap();
+            conn.write_raw(sent.as_bytes()).unwrap();
+            let answer = conn.answer().unwrap();
+            (answer, conn.ends())
+        })
+        .await
+        .unwrap();
+        assert_eq!(answer.status, 408, "{name}: {answer:?}");
+        if name == "enroll" {
+            assert_eq!(code(&answer), "body_timeout", "{answer:?}");
+        }
+        assert!(
+            started.elapsed() >= within,
+            "{name}: {:?}",
+            started.elapsed()
+        );
+        assert!(
+            answer.close,
+            "{name}: the answer announces the close: {answer:?}"
+        );
+        assert!(
+            ended,
+            "{name}: the hub keeps a connection it said it would close"
+        );
+    }
 }

@@ -88,6 +88,7 @@ fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
         (status = 404, description = "`unknown_host`: a restore-mode token names a host the hub no longer knows", body = ErrorBody),
         (status = 409, description = "`host_not_revoked`: a restore-mode token's host is not revoked; the token stays unused", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn enroll(
@@ -159,6 +160,7 @@ pub async fn enroll(
         (status = 403, description = "`host_pending_approval`", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn poll(
@@ -422,6 +424,7 @@ fn respond(
         (status = 404, description = "`unknown_host`, `unknown_job`", body = ErrorBody),
         (status = 409, description = "`job_finished`: a different result is already recorded", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn job_result(
@@ -477,6 +480,7 @@ pub async fn job_result(
         (status = 403, description = "`host_pending_approval`", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_escrow(

@@ -31,13 +31,17 @@ fn body_limit() -> usize {
     usize::try_from(MAX_ARTIFACT_BYTES).unwrap_or(usize::MAX)
 }
 
+/// The time an artifact's upload has to arrive whole: 256 MiB at 150 kB/s.
+const UPLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
 /// The upload route, with its own body limit (the hub's default is far smaller).
 pub fn upload_route() -> MethodRouter<Hub> {
     put(put_artifact)
         .layer::<_, std::convert::Infallible>(DefaultBodyLimit::max(body_limit()))
-        .layer::<_, std::convert::Infallible>(axum::Extension(super::extract::BodyLimit(
-            body_limit(),
-        )))
+        .layer::<_, std::convert::Infallible>(axum::Extension(super::extract::BodyLimit {
+            bytes: body_limit(),
+            within: UPLOAD_TIMEOUT,
+        }))
 }
 
 /// The agents' download route.
@@ -56,6 +60,7 @@ pub fn download_route() -> MethodRouter<Hub> {
         (status = 400, description = "`bad_sha256`, `sha256_mismatch`, `unreadable_body`", body = ErrorBody),
         (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_artifact(
     State(hub): State<Hub>,

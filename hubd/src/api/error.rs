@@ -43,6 +43,12 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
+    /// The body did not arrive whole in time.
+    #[error("the request body did not arrive whole within {}s", within.as_secs())]
+    BodyTimeout {
+        /// The time it had.
+        within: std::time::Duration,
+    },
     /// Missing, wrong or revoked credentials.
     #[error("missing, wrong or revoked credentials")]
     Unauthorized,
@@ -106,6 +112,7 @@ impl ApiError {
             Self::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            Self::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),

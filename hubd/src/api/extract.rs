@@ -1,5 +1,7 @@
 //! Request parsing and authentication shared by the handlers.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::HeaderMap;
@@ -14,7 +16,7 @@ use crate::Hub;
 use crate::secret::SecretHash;
 use crate::store::id_lookup::IdKind;
 
-/// The raw request body, with the size limit mapped to 413.
+/// The raw request body, with the size limit mapped to 413 and the time limit to 408.
 #[derive(Debug)]
 pub struct Body(pub Bytes);
 
@@ -25,26 +27,41 @@ impl<S: Send + Sync> FromRequest<S> for Body {
         let limit = req
             .extensions()
             .get::<BodyLimit>()
-            .map_or(0, |limit| limit.0);
-        Bytes::from_request(req, state)
-            .await
-            .map(Body)
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge { limit }
-                } else {
-                    ApiError::BadRequest {
-                        code: "unreadable_body",
-                        message: rejection.body_text(),
-                    }
+            .copied()
+            .unwrap_or(BodyLimit {
+                bytes: 0,
+                within: Duration::ZERO,
+            });
+        let read = tokio::time::timeout(limit.within, Bytes::from_request(req, state)).await;
+        let Ok(read) = read else {
+            return Err(ApiError::BodyTimeout {
+                within: limit.within,
+            });
+        };
+        read.map(Body).map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge { limit: limit.bytes }
+            } else {
+                ApiError::BadRequest {
+                    code: "unreadable_body",
+                    message: rejection.body_text(),
                 }
-            })
+            }
+        })
     }
 }
 
-/// The configured body limit, put into request extensions for error messages.
+/// A route's body limits, put into request extensions: the most bytes (for error messages;
+/// `DefaultBodyLimit` enforces them), and the time the whole body has to arrive in. A request
+/// is in flight while its body arrives, so no connection timeout ends one that trickles: this
+/// one does.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
+pub struct BodyLimit {
+    /// The most bytes a body may have.
+    pub bytes: usize,
+    /// The time from the handler's first look at the body to its last byte.
+    pub within: Duration,
+}
 
 /// Parses a JSON document and validates it. A whole number written as a float (`969.0`) is
 /// taken where an integer is wanted, as the OpenAPI document's `integer` allows

@@ -75,13 +75,16 @@ fn admin_routes(hub: &Hub) -> Router<Hub> {
 /// shape, the body limit, unread bodies drained or their connection closed
 /// ([`bosun_httpkit`]), request and correlation ids.
 fn finish(routes: Router<Hub>, hub: Hub) -> Router {
-    let limit = hub.config().max_body_bytes;
+    let limit = BodyLimit {
+        bytes: hub.config().max_body_bytes,
+        within: hub.config().body_timeout,
+    };
     routes
         .route("/v1/health", get(health))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::Extension(BodyLimit(limit)))
+        .layer(DefaultBodyLimit::max(limit.bytes))
+        .layer(axum::Extension(limit))
         .layer(middleware::from_fn_with_state(
             bosun_httpkit::DrainLimits::within(std::time::Duration::from_secs(10)),
             bosun_httpkit::settle,

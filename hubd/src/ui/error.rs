@@ -38,6 +38,14 @@ pub(crate) enum UiError {
         /// The limit.
         limit: usize,
     },
+    /// A form's body did not arrive whole in time.
+    #[error("the {what} form did not arrive whole within {}s", within.as_secs())]
+    TooSlow {
+        /// Which form.
+        what: &'static str,
+        /// The time it had.
+        within: Duration,
+    },
     /// A form that changes state was posted without the session's form token, or with
     /// another one.
     #[error("the form does not carry this session's form token: reload the page and send it again")]
@@ -84,6 +92,7 @@ impl IntoResponse for UiError {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::CrossOrigin | Self::FormToken | Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooSlow { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Api(api) => api.status(),
             Self::TooManyLogins { .. } => StatusCode::TOO_MANY_REQUESTS,
         };

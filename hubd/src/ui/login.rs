@@ -133,9 +133,16 @@ pub(crate) async fn read_form<T: serde::de::DeserializeOwned>(
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(too_large);
     }
+    // The hub's time for a body; no time at all if the route has none.
+    let within = request
+        .extensions()
+        .get::<crate::api::extract::BodyLimit>()
+        .map_or(std::time::Duration::ZERO, |limit| limit.within);
     // Without a length, reading stops at the limit: a longer body (or one cut off) is refused.
-    let body = axum::body::to_bytes(request.into_body(), limit)
+    let read = axum::body::to_bytes(request.into_body(), limit);
+    let body = tokio::time::timeout(within, read)
         .await
+        .map_err(|_| UiError::TooSlow { what, within })?
         .map_err(|_| too_large)?;
     serde_urlencoded::from_bytes(&body).map_err(|e| UiError::BadRequest {
         message: format!("the {what} form lacks a field or has a bad one: {e}"),
