@@ -29,6 +29,7 @@
 //! `bosun_hub_build_info` come from [`bosun_metrics`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use bosun_metrics::{Format, ProcessCollector};
@@ -43,6 +44,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::hub::conn_cap::ConnectionCap;
 use crate::report_alerts::escrow::{pbs_in_use, verified};
 use crate::store::HostCounts;
 
@@ -178,6 +180,11 @@ pub struct Metrics {
     poll_seconds: Histogram,
     webhook_failures: Counter,
     full_reports_requested: Counter,
+    connections_refused: Family<Labels, Counter>,
+    connections_open: Family<Labels, Gauge>,
+    connections_max: Family<Labels, Gauge>,
+    /// The listeners whose connections [`Self::render`] counts.
+    listeners: Mutex<Vec<Arc<ConnectionCap>>>,
     fleet: FleetGauges,
     /// One scrape at a time: a scrape clears and refills the fleet's gauges.
     scrape: Mutex<()>,
@@ -227,6 +234,24 @@ impl Metrics {
             "full_reports_requested",
             "Report deltas answered with a request for a full report (no base for them here, or the host's keys are wanted)",
             full_reports_requested.clone(),
+        );
+        let connections_refused = Family::<Labels, Counter>::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed before their TLS handshake because the listener held as many as the hub's file limit allows, by listener (both, agent, admin)",
+            connections_refused.clone(),
+        );
+        let connections_open = Family::<Labels, Gauge>::default();
+        registry.register(
+            "connections_open",
+            "Connections the listener holds open now",
+            connections_open.clone(),
+        );
+        let connections_max = Family::<Labels, Gauge>::default();
+        registry.register(
+            "connections_max",
+            "The most connections the listener holds open: the hub's file limit less its own files",
+            connections_max.clone(),
         );
         let fleet = FleetGauges::default();
         registry.register(
@@ -307,6 +332,10 @@ impl Metrics {
             poll_seconds,
             webhook_failures,
             full_reports_requested,
+            connections_refused,
+            connections_open,
+            connections_max,
+            listeners: Mutex::new(Vec::new()),
             fleet,
             scrape: Mutex::new(()),
         }
@@ -340,6 +369,19 @@ impl Metrics {
         self.webhook_failures.inc();
     }
 
+    /// The refusal counter of the listener labelled `listener`, created at 0 so a rate sees
+    /// its first refusal.
+    pub fn connections_refused(&self, listener: &str) -> Counter {
+        self.connections_refused
+            .get_or_create(&listener_labels(listener))
+            .clone()
+    }
+
+    /// Counts `cap`'s open connections and its most at each scrape.
+    pub fn watch_listener(&self, cap: &Arc<ConnectionCap>) {
+        self.listeners.lock().push(Arc::clone(cap));
+    }
+
     /// Renders every family in `format`, with fresh host counts and the per-host gauges of
     /// `fleet` (the hosts' details as the store has them) at `now`.
     pub fn render(
@@ -361,6 +403,15 @@ impl Metrics {
         }
         self.overdue
             .set(i64::try_from(counts.overdue).unwrap_or(i64::MAX));
+        for cap in self.listeners.lock().iter() {
+            let labels = listener_labels(cap.side().label());
+            self.connections_open
+                .get_or_create(&labels)
+                .set(count(cap.open()));
+            self.connections_max
+                .get_or_create(&labels)
+                .set(count(cap.max()));
+        }
         self.fill_fleet(fleet, now);
         bosun_metrics::render(&self.registry, format)
     }
@@ -490,6 +541,10 @@ impl Metrics {
                 .set(i64::from(tunnel.healthy));
         }
     }
+}
+
+fn listener_labels(listener: &str) -> Labels {
+    vec![("listener".to_owned(), listener.to_owned())]
 }
 
 fn count(n: usize) -> i64 {

@@ -385,6 +385,23 @@ async fn connections_past_what_the_file_limit_holds_are_refused_and_the_hub_keep
         .find(|line| line.contains("connections refused"))
         .expect("the refusals are logged");
     assert!(refused.contains("agent API"), "{refused}");
+    // And counted where an operator's alert sees them.
+    let metrics = client
+        .get(format!("{admin_url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        format!("bosun_hub_connections_refused_total{{listener=\"agent\"}} {OVER}"),
+        "bosun_hub_connections_refused_total{listener=\"admin\"} 0".to_owned(),
+        format!("bosun_hub_connections_max{{listener=\"agent\"}} {SIDE_CAP}"),
+        format!("bosun_hub_connections_max{{listener=\"admin\"}} {SIDE_CAP}"),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
 
     // Once the flood goes, agents are served again.
     drop(flood);

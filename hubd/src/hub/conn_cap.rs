@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bosun_httpkit::conn::{self, Guarded, InFlight, Timeouts};
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -69,31 +70,67 @@ pub fn total() -> usize {
         .max(FEWEST)
 }
 
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Both APIs, the dashboard and the metrics, on one address.
+    Both,
+    /// The agent API alone.
+    Agent,
+    /// The admin API, the dashboard and the metrics, on an address of their own.
+    Admin,
+}
+
+impl Side {
+    /// The name in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Both => "hub",
+            Self::Agent => "agent API",
+            Self::Admin => "admin API",
+        }
+    }
+
+    /// The value of the metrics' `listener` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Both => "both",
+            Self::Agent => "agent",
+            Self::Admin => "admin",
+        }
+    }
+}
+
 /// Open connections of one listener, counted by the streams that hold them.
 #[derive(Debug)]
 pub struct ConnectionCap {
-    side: &'static str,
+    side: Side,
     max: usize,
     open: Arc<Semaphore>,
+    /// Every refusal, for the metrics.
+    refusals: Counter,
+    /// Refusals since the last log line.
     refused: AtomicU64,
     last_logged: Mutex<Option<Instant>>,
 }
 
 impl ConnectionCap {
-    /// At most `max` connections open at once on the listener serving `side`.
-    pub fn new(side: &'static str, max: usize) -> Arc<Self> {
+    /// At most `max` connections open at once on the listener serving `side`; each refusal
+    /// counts in `refusals`.
+    pub fn new(side: Side, max: usize, refusals: Counter) -> Arc<Self> {
         let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(Self {
             side,
             max,
             open: Arc::new(Semaphore::new(max)),
+            refusals,
             refused: AtomicU64::new(0),
             last_logged: Mutex::new(None),
         })
     }
 
-    /// The listener's side, for logs.
-    pub fn side(&self) -> &'static str {
+    /// What the listener serves.
+    pub fn side(&self) -> Side {
         self.side
     }
 
@@ -102,8 +139,14 @@ impl ConnectionCap {
         self.max
     }
 
+    /// Connections open now (past the cap, in their handshake or after it).
+    pub fn open(&self) -> usize {
+        self.max.saturating_sub(self.open.available_permits())
+    }
+
     /// Counts a refusal and logs the refusals of the last interval, at most once an interval.
     fn refused(&self) {
+        self.refusals.inc();
         self.refused.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let mut last = self.last_logged.lock();
@@ -113,7 +156,7 @@ impl ConnectionCap {
         *last = Some(now);
         drop(last);
         tracing::warn!(
-            side = self.side,
+            side = self.side.name(),
             max_connections = self.max,
             refused = self.refused.swap(0, Ordering::Relaxed),
             "connections refused: the hub holds as many as its file limit allows"
@@ -167,7 +210,7 @@ where
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let handshake = self.inner.accept(stream, service);
-        let named = (self.cap.side, peer);
+        let named = (self.cap.side.name(), peer);
         let timeouts = self.timeouts;
         Box::pin(async move {
             let (stream, service) = handshake.await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum_server::tls_rustls::RustlsAcceptor;
 
 use super::Hub;
-use super::conn_cap::{self, CappedAcceptor, ConnectionCap};
+use super::conn_cap::{self, CappedAcceptor, ConnectionCap, Side};
 use crate::error::HubError;
 
 impl Hub {
@@ -53,7 +53,7 @@ impl Hub {
         let served = match admin {
             None => {
                 let router = crate::api::router(self.clone());
-                let cap = ConnectionCap::new("hub", connections);
+                let cap = self.connection_cap(Side::Both, connections);
                 self.serve_one(agent, router, cap, handle).await
             }
             Some(admin) => {
@@ -62,8 +62,8 @@ impl Hub {
                 // The admin side keeps its own share: agents that fill theirs leave the
                 // operators theirs.
                 let admin_cap = conn_cap::ADMIN_CONNECTIONS.min(connections / 2);
-                let agent_cap = ConnectionCap::new("agent API", connections - admin_cap);
-                let admin_cap = ConnectionCap::new("admin API", admin_cap);
+                let agent_cap = self.connection_cap(Side::Agent, connections - admin_cap);
+                let admin_cap = self.connection_cap(Side::Admin, admin_cap);
                 let (agents, operators) = tokio::join!(
                     self.serve_one(agent, agents, agent_cap, handle.clone()),
                     self.serve_one(admin, operators, admin_cap, handle),
@@ -85,6 +85,14 @@ impl Hub {
         served
     }
 
+    /// The cap of the listener serving `side`, its connections and refusals in the metrics.
+    fn connection_cap(&self, side: Side, max: usize) -> Arc<ConnectionCap> {
+        let metrics = self.metrics();
+        let cap = ConnectionCap::new(side, max, metrics.connections_refused(side.label()));
+        metrics.watch_listener(&cap);
+        cap
+    }
+
     /// Serves `router` over TLS on one listener, at most `cap` connections at once, until the
     /// shared `handle` shuts down. A listener that fails stops the whole hub, so one side never
     /// runs without the other.
@@ -98,7 +106,7 @@ impl Hub {
         let tls = self.inner.served_key.tls();
         tracing::info!(
             %addr,
-            side = cap.side(),
+            side = cap.side().name(),
             fingerprint = self.fingerprint(),
             key_pin = self.key_pin(),
             max_connections = cap.max(),
