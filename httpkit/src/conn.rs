@@ -1,16 +1,20 @@
-//! How long a connection may hold its place without a request: the header-read and idle
-//! timeouts of the hub's listeners and of the agent's local API.
+//! How long a connection may hold its place without a request: the header-read, idle and
+//! write-stall timeouts of the hub's listeners and of the agent's local API.
 //!
 //! [`guard`] wraps an accepted connection (after its TLS handshake) in a [`Guarded`] stream and
-//! its service in an [`InFlight`] one. The stream closes the connection when, with no request
-//! in flight:
-//! - no byte arrived for [`Timeouts::idle`] since the last answer (or the handshake), or
-//! - a byte arrived but no request was complete within [`Timeouts::header_read`] of it: a
-//!   head sent a byte at a time, an HTTP/2 client sending pings or settings and no request.
+//! its service in an [`InFlight`] one. A request is in flight from its head until its answer's
+//! body is sent to the end (or dropped). The stream closes the connection when:
+//! - with no request in flight, no byte arrived for [`Timeouts::idle`] since the last answer
+//!   (or the handshake);
+//! - with no request in flight, a byte arrived but no request was complete within
+//!   [`Timeouts::header_read`] of it: a head sent a byte at a time, an HTTP/2 client sending
+//!   pings or settings and no request;
+//! - an answer could not be written for [`Timeouts::idle`]: a client that stopped reading.
 //!
-//! A request in flight is never timed out here: a long-poll holds its answer for as long as
-//! its handler says. The stream also holds the connection's permit `P`, so a cap counts the
-//! connection until it closes.
+//! Otherwise a request in flight is never timed out here: a long-poll holds its answer for as
+//! long as its handler says, and a large answer takes as long as the client keeps reading it.
+//! The stream also holds the connection's permit `P`, so a cap counts the connection until it
+//! closes.
 
 use std::future::Future;
 use std::io;
@@ -20,16 +24,18 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes, HttpBody};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// A connection's timeouts while no request is in flight.
+/// A connection's timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// Time from a request's first byte to its head being complete.
     pub header_read: Duration,
-    /// Time a connection may sit without a request in flight and without a byte received.
+    /// Time a connection may sit without a request in flight and without a byte received,
+    /// and time an answer may wait for the client to read it.
     pub idle: Duration,
 }
 
@@ -37,7 +43,7 @@ pub struct Timeouts {
 #[derive(Debug)]
 struct Activity {
     in_flight: usize,
-    /// When the connection last became idle (handshake done, answer sent, byte written).
+    /// When the connection last became idle (handshake done, answer sent).
     idle_since: Instant,
     /// When the first byte of the next request arrived.
     head_started: Option<Instant>,
@@ -56,16 +62,18 @@ pub fn guard<T, S, P, X>(
     (server, peer): (&'static str, IpAddr),
     tag: Option<X>,
 ) -> (Guarded<T, P>, InFlight<S, X>) {
+    let now = Instant::now();
     let activity = Arc::new(Mutex::new(Activity {
         in_flight: 0,
-        idle_since: Instant::now(),
+        idle_since: now,
         head_started: None,
     }));
     let stream = Guarded {
         inner: stream,
         activity: Arc::clone(&activity),
-        sleep: Box::pin(tokio::time::sleep_until(Instant::now() + timeouts.idle)),
-        armed_for: None,
+        read_timer: Timer::new(now + timeouts.idle),
+        write_timer: Timer::new(now + timeouts.idle),
+        write_waiting_since: None,
         timeouts,
         server,
         peer,
@@ -79,14 +87,41 @@ pub fn guard<T, S, P, X>(
     (stream, service)
 }
 
-/// A connection's stream that closes it on the header-read and idle timeouts, holding its
-/// permit `P` until it closes.
+/// A sleep re-armed only when its deadline moves.
+#[derive(Debug)]
+struct Timer {
+    sleep: Pin<Box<Sleep>>,
+    armed_for: Instant,
+}
+
+impl Timer {
+    fn new(deadline: Instant) -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+            armed_for: deadline,
+        }
+    }
+
+    /// Ready once `deadline` has passed; wakes the task then.
+    fn poll_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        if self.armed_for != deadline {
+            self.sleep.as_mut().reset(deadline);
+            self.armed_for = deadline;
+        }
+        self.sleep.as_mut().poll(cx)
+    }
+}
+
+/// A connection's stream that closes it on its timeouts, holding its permit `P` until it
+/// closes.
 #[derive(Debug)]
 pub struct Guarded<T, P> {
     inner: T,
     activity: SharedActivity,
-    sleep: Pin<Box<Sleep>>,
-    armed_for: Option<Instant>,
+    read_timer: Timer,
+    write_timer: Timer,
+    /// Since when a write has waited for the client to read, if one does.
+    write_waiting_since: Option<Instant>,
     timeouts: Timeouts,
     server: &'static str,
     peer: IpAddr,
@@ -94,8 +129,8 @@ pub struct Guarded<T, P> {
 }
 
 impl<T, P> Guarded<T, P> {
-    /// Ready with an error once the connection's current deadline has passed.
-    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+    /// Ready with an error once the deadline of a connection waiting to read has passed.
+    fn poll_read_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         let (deadline, what) = {
             let activity = self.activity.lock();
             if activity.in_flight > 0 {
@@ -106,23 +141,42 @@ impl<T, P> Guarded<T, P> {
                 None => (activity.idle_since + self.timeouts.idle, "idle"),
             }
         };
-        if self.armed_for != Some(deadline) {
-            self.sleep.as_mut().reset(deadline);
-            self.armed_for = Some(deadline);
-        }
-        match self.sleep.as_mut().poll(cx) {
+        match self.read_timer.poll_until(deadline, cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(()) => {
-                tracing::debug!(
-                    server = self.server,
-                    peer = %self.peer,
-                    timeout = what,
-                    "connection timed out"
-                );
-                Poll::Ready(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("{what} timeout"),
-                ))
+            Poll::Ready(()) => Poll::Ready(self.timed_out(what)),
+        }
+    }
+
+    /// Ready with an error once a write has waited for the client to read for the idle time.
+    fn poll_write_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let since = *self.write_waiting_since.get_or_insert_with(Instant::now);
+        match self.write_timer.poll_until(since + self.timeouts.idle, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => Poll::Ready(self.timed_out("write stall")),
+        }
+    }
+
+    fn timed_out(&self, what: &'static str) -> io::Error {
+        tracing::debug!(
+            server = self.server,
+            peer = %self.peer,
+            timeout = what,
+            "connection timed out"
+        );
+        io::Error::new(io::ErrorKind::TimedOut, format!("{what} timeout"))
+    }
+
+    /// A write's outcome: progress ends a wait, a wait runs against its deadline.
+    fn written<R>(
+        &mut self,
+        polled: Poll<io::Result<R>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<R>> {
+        match polled {
+            Poll::Pending => self.poll_write_deadline(cx).map(Err),
+            done => {
+                self.write_waiting_since = None;
+                done
             }
         }
     }
@@ -147,7 +201,7 @@ impl<T: AsyncRead + Unpin, P: Unpin> AsyncRead for Guarded<T, P> {
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_deadline(cx).map(Err),
+            Poll::Pending => this.poll_read_deadline(cx).map(Err),
         }
     }
 }
@@ -159,40 +213,25 @@ impl<T: AsyncWrite + Unpin, P: Unpin> AsyncWrite for Guarded<T, P> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write(cx, data) {
-            Poll::Ready(Ok(written)) => {
-                if written > 0 {
-                    let mut activity = this.activity.lock();
-                    if activity.in_flight == 0 {
-                        activity.idle_since = Instant::now();
-                    }
-                }
-                Poll::Ready(Ok(written))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_deadline(cx).map(Err),
-        }
+        let polled = Pin::new(&mut this.inner).poll_write(cx, data);
+        this.written(polled, cx)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_flush(cx) {
-            Poll::Pending => this.poll_deadline(cx).map(Err),
-            done => done,
-        }
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        this.written(polled, cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_shutdown(cx) {
-            Poll::Pending => this.poll_deadline(cx).map(Err),
-            done => done,
-        }
+        let polled = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.written(polled, cx)
     }
 }
 
-/// A connection's service: marks a request in flight from its head to its answer, and puts
-/// the connection's tag `X`, if it has one, into the request's extensions.
+/// A connection's service: marks a request in flight from its head to the end of its answer's
+/// body, and puts the connection's tag `X`, if it has one, into the request's extensions.
 #[derive(Debug, Clone)]
 pub struct InFlight<S, X> {
     inner: S,
@@ -200,7 +239,8 @@ pub struct InFlight<S, X> {
     tag: Option<X>,
 }
 
-/// Ends a request's in-flight mark when its answer is ready or it is dropped.
+/// Ends a request's in-flight mark when its answer is sent or dropped.
+#[derive(Debug)]
 struct RequestMark(SharedActivity);
 
 impl RequestMark {
@@ -223,15 +263,45 @@ impl Drop for RequestMark {
     }
 }
 
+/// An answer's body, holding its request's mark until the last frame is out.
+struct MarkedBody {
+    inner: Body,
+    mark: Option<RequestMark>,
+}
+
+impl HttpBody for MarkedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.mark = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 impl<S, X, B> tower::Service<axum::http::Request<B>> for InFlight<S, X>
 where
-    S: tower::Service<axum::http::Request<B>>,
+    S: tower::Service<axum::http::Request<B>, Response = axum::http::Response<Body>>,
     S::Future: Send + 'static,
     X: Clone + Send + Sync + 'static,
 {
-    type Response = S::Response;
+    type Response = axum::http::Response<Body>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -244,9 +314,18 @@ where
         let mark = RequestMark::begin(&self.activity);
         let answer = self.inner.call(request);
         Box::pin(async move {
-            let result = answer.await;
-            drop(mark);
-            result
+            let response = answer.await?;
+            Ok(response.map(|body| {
+                if body.is_end_stream() {
+                    drop(mark);
+                    body
+                } else {
+                    Body::new(MarkedBody {
+                        inner: body,
+                        mark: Some(mark),
+                    })
+                }
+            }))
         })
     }
 }
@@ -255,20 +334,25 @@ where
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tower::Service as _;
 
-    type TestService = tower::util::BoxService<axum::http::Request<()>, (), io::Error>;
+    type Answer = axum::http::Response<Body>;
+    type TestService = tower::util::BoxService<axum::http::Request<()>, Answer, io::Error>;
 
+    /// A guarded end of a pipe whose service answers with the body `answer` makes.
     fn guarded(
         stream: tokio::io::DuplexStream,
         timeouts: Timeouts,
+        answer: fn() -> Body,
     ) -> (
         Guarded<tokio::io::DuplexStream, ()>,
         InFlight<TestService, ()>,
     ) {
-        let service =
-            tower::util::BoxService::new(tower::service_fn(|_: axum::http::Request<()>| async {
-                Ok::<(), io::Error>(())
-            }));
+        let service = tower::util::BoxService::new(tower::service_fn(
+            move |_: axum::http::Request<()>| async move {
+                Ok::<_, io::Error>(axum::http::Response::new(answer()))
+            },
+        ));
         guard(
             stream,
             service,
@@ -279,7 +363,7 @@ mod tests {
         )
     }
 
-    /// Reads until the stream fails; the error's kind and when it came.
+    /// Reads until the stream fails; the error's kind.
     async fn read_error(stream: &mut Guarded<tokio::io::DuplexStream, ()>) -> io::ErrorKind {
         let mut buf = [0u8; 16];
         loop {
@@ -291,7 +375,7 @@ mod tests {
         }
     }
 
-    /// Bounds the whole test: a guard that never fires fails it rather than hanging.
+    /// Bounds every wait: a guard that never fires fails the test rather than hanging it.
     const BOUND: Duration = Duration::from_secs(20);
 
     #[tokio::test]
@@ -301,7 +385,7 @@ mod tests {
             idle: Duration::from_millis(400),
         };
         let (_client, server) = tokio::io::duplex(64);
-        let (mut stream, _service) = guarded(server, timeouts);
+        let (mut stream, _service) = guarded(server, timeouts, Body::empty);
         let started = Instant::now();
         let kind = tokio::time::timeout(BOUND, read_error(&mut stream)).await;
         assert_eq!(kind.unwrap(), io::ErrorKind::TimedOut);
@@ -316,7 +400,7 @@ mod tests {
             idle: Duration::from_secs(60),
         };
         let (mut client, server) = tokio::io::duplex(64);
-        let (mut stream, _service) = guarded(server, timeouts);
+        let (mut stream, _service) = guarded(server, timeouts, Body::empty);
         let started = Instant::now();
         // A byte every 100 ms: the head never completes.
         let trickle = tokio::spawn(async move {
@@ -335,13 +419,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_in_flight_is_never_timed_out_and_its_answer_restarts_the_idle_clock() {
-        use tower::Service as _;
         let timeouts = Timeouts {
             header_read: Duration::from_millis(200),
             idle: Duration::from_millis(200),
         };
         let (_client, server) = tokio::io::duplex(64);
-        let (mut stream, mut service) = guarded(server, timeouts);
+        let (mut stream, mut service) = guarded(server, timeouts, Body::empty);
         let held = RequestMark::begin(&service.activity);
         // Five idle timeouts pass with the request held: the stream stays open.
         let mut buf = [0u8; 1];
@@ -356,5 +439,58 @@ mod tests {
         let kind = tokio::time::timeout(BOUND, read_error(&mut stream)).await;
         assert_eq!(kind.unwrap(), io::ErrorKind::TimedOut);
         assert!(answered.elapsed() >= timeouts.idle - Duration::from_millis(5));
+    }
+
+    #[tokio::test]
+    async fn an_answer_still_being_sent_keeps_its_request_in_flight() {
+        let timeouts = Timeouts {
+            header_read: Duration::from_millis(200),
+            idle: Duration::from_millis(200),
+        };
+        // An answer of two frames: the test takes the first, waits, then the second.
+        fn two_frames() -> Body {
+            Body::from_stream(futures::stream::iter([
+                Ok::<_, io::Error>(Bytes::from_static(b"first")),
+                Ok(Bytes::from_static(b"second")),
+            ]))
+        }
+        let (_client, server) = tokio::io::duplex(64);
+        let (mut stream, mut service) = guarded(server, timeouts, two_frames);
+        let answer = service.call(axum::http::Request::new(())).await.unwrap();
+        let mut body = answer.into_body();
+        let first = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        assert!(first.is_some());
+        // Five idle timeouts with the answer half sent: the stream stays open.
+        let mut buf = [0u8; 1];
+        let early = tokio::time::timeout(timeouts.idle * 5, stream.read(&mut buf)).await;
+        assert!(
+            early.is_err(),
+            "the connection stays open while its answer is sent"
+        );
+        let rest = axum::body::to_bytes(body, 64).await.unwrap();
+        assert_eq!(&rest[..], b"second");
+        let sent = Instant::now();
+        let kind = tokio::time::timeout(BOUND, read_error(&mut stream)).await;
+        assert_eq!(kind.unwrap(), io::ErrorKind::TimedOut);
+        assert!(sent.elapsed() >= timeouts.idle - Duration::from_millis(5));
+    }
+
+    #[tokio::test]
+    async fn an_answer_the_client_stops_reading_closes_it_after_the_idle_timeout() {
+        let timeouts = Timeouts {
+            header_read: Duration::from_secs(60),
+            idle: Duration::from_millis(400),
+        };
+        // The client never reads: the pipe holds 64 bytes, then each write waits.
+        let (_client, server) = tokio::io::duplex(64);
+        let (mut stream, service) = guarded(server, timeouts, Body::empty);
+        let _in_flight = RequestMark::begin(&service.activity);
+        let started = Instant::now();
+        let written = tokio::time::timeout(BOUND, stream.write_all(&[0u8; 4096])).await;
+        assert_eq!(
+            written.unwrap().unwrap_err().kind(),
+            io::ErrorKind::TimedOut
+        );
+        assert!(started.elapsed() >= timeouts.idle);
     }
 }

@@ -38,11 +38,14 @@ pub const ADMIN_CONNECTIONS: usize = 256;
 const FEWEST: usize = 64;
 
 /// The connection timeouts of both sides ([`crate::HubConfig::connection_timeouts`]'s
-/// default). The idle one is longer than a client's pool keeps an idle connection (reqwest's
-/// 90 s, the agent's client), so a client never sends a request on a connection the hub is
-/// closing at that moment; a long-poll is a request in flight and is never cut by either.
+/// default). Both are longer than a client's pool keeps an idle connection (reqwest's 90 s,
+/// the agent's client), so a client never sends a request on a connection the hub is closing
+/// at that moment. The header-read one is as long as the idle one: an agent's HTTP/2 client
+/// may send a flow-control frame after an answer and nothing more until its next poll, which
+/// starts that clock. A long-poll, and an answer the client is reading, are in flight and
+/// never cut.
 pub const TIMEOUTS: Timeouts = Timeouts {
-    header_read: Duration::from_secs(30),
+    header_read: Duration::from_secs(120),
     idle: Duration::from_secs(120),
 };
 
