@@ -255,8 +255,8 @@ pub fn router(hub: Hub, limiter: Arc<AuthLimiter>) -> Router<Hub> {
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`: `restore_host` names no host", body = ErrorBody),
         (status = 409, description = "`host_not_revoked`: `restore_host` is not revoked", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn create_enroll_token(
@@ -360,8 +360,8 @@ pub async fn revoke_enroll_token(
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the key was used with another document; `not_seen_since_restore`: the hub was restored from a backup and the host has not polled since", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_desired(

@@ -36,8 +36,8 @@ fn refused(err: ValidationError) -> ApiError {
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_subject`, `bad_note`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_alert`: no such alert is open", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn ack_alert(State(hub): State<Hub>, body: Body) -> Result<Json<OpenAlert>, ApiError> {
     let request: AckAlert = extract::parse(&body.0, "alert acknowledgement", |_| Ok(()))?;
@@ -66,8 +66,8 @@ pub(crate) async fn acknowledge(hub: &Hub, request: AckAlert) -> Result<OpenAler
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`too_many_silences`: the host has 64 in force", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn create_silence(
     State(hub): State<Hub>,

@@ -103,8 +103,8 @@ pub(crate) fn host_filter(query: Option<&str>) -> Result<HostFilter, ApiError> {
         (status = 403, description = "`forbidden`: the token's role is below `operator`", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`too_many_labels`: the host would carry more than 32 labels (nothing changed); `ambiguous_id`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`: a key or value outside its bounds, a key both set and removed, or an empty change", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn label_host(

@@ -26,8 +26,8 @@ use crate::store::NewJob;
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`job_conflict`: another job has this id", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn submit_job(

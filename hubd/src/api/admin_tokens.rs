@@ -36,8 +36,8 @@ fn name(raw: String) -> Result<String, ApiError> {
         (status = 400, description = "`malformed_json`, `unreadable_body`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 409, description = "`token_name_taken`, `too_many_tokens` (the hub keeps at most 256)", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn create_token(

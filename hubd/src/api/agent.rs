@@ -87,8 +87,8 @@ fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
         (status = 401, description = "`enrollment_token_invalid`, `enrollment_token_used`, `enrollment_token_expired`, `enrollment_token_revoked`", body = ErrorBody),
         (status = 404, description = "`unknown_host`: a restore-mode token names a host the hub no longer knows", body = ErrorBody),
         (status = 409, description = "`host_not_revoked`: a restore-mode token's host is not revoked; the token stays unused", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn enroll(
@@ -159,8 +159,8 @@ pub async fn enroll(
         (status = 401, description = "`unauthorized`: no key, another host's key, or a revoked host", body = ErrorBody),
         (status = 403, description = "`host_pending_approval`", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn poll(
@@ -423,8 +423,8 @@ fn respond(
         (status = 403, description = "`host_pending_approval`", body = ErrorBody),
         (status = 404, description = "`unknown_host`, `unknown_job`", body = ErrorBody),
         (status = 409, description = "`job_finished`: a different result is already recorded", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn job_result(
@@ -479,8 +479,8 @@ pub async fn job_result(
         (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 403, description = "`host_pending_approval`", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_escrow(

@@ -59,8 +59,8 @@ pub fn download_route() -> MethodRouter<Hub> {
         (status = 201, description = "stored", body = ArtifactInfo),
         (status = 400, description = "`bad_sha256`, `sha256_mismatch`, `unreadable_body`", body = ErrorBody),
         (status = 401, description = "`unauthorized`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 408, description = "`body_timeout`: the body did not arrive whole in time", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_artifact(
     State(hub): State<Hub>,

@@ -30,7 +30,7 @@ impl<S: Send + Sync> FromRequest<S> for Body {
             .copied()
             .unwrap_or(BodyLimit {
                 bytes: 0,
-                within: Duration::ZERO,
+                within: BodyLimit::UNSET_WITHIN,
             });
         let read = tokio::time::timeout(limit.within, Bytes::from_request(req, state)).await;
         let Ok(read) = read else {
@@ -61,6 +61,12 @@ pub struct BodyLimit {
     pub bytes: usize,
     /// The time from the handler's first look at the body to its last byte.
     pub within: Duration,
+}
+
+impl BodyLimit {
+    /// The time a body gets on a route without limits of its own (every route has them:
+    /// `api::finish` puts them on each).
+    pub const UNSET_WITHIN: Duration = Duration::from_secs(30);
 }
 
 /// Parses a JSON document and validates it. A whole number written as a float (`969.0`) is

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use super::error::UiError;
 use super::{Ui, layout, session};
 use crate::api::caller::Caller;
+use crate::api::extract::BodyLimit;
 use crate::secret::SecretHash;
 
 /// Largest login body read; a longer one is refused before it is parsed.
@@ -133,11 +134,10 @@ pub(crate) async fn read_form<T: serde::de::DeserializeOwned>(
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(too_large);
     }
-    // The hub's time for a body; no time at all if the route has none.
     let within = request
         .extensions()
-        .get::<crate::api::extract::BodyLimit>()
-        .map_or(std::time::Duration::ZERO, |limit| limit.within);
+        .get::<BodyLimit>()
+        .map_or(BodyLimit::UNSET_WITHIN, |limit| limit.within);
     // Without a length, reading stops at the limit: a longer body (or one cut off) is refused.
     let read = axum::body::to_bytes(request.into_body(), limit);
     let body = tokio::time::timeout(within, read)
