@@ -29,7 +29,6 @@
 //! `bosun_hub_build_info` come from [`bosun_metrics`].
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use bosun_metrics::{Format, ProcessCollector};
@@ -44,7 +43,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::hub::conn_cap::ConnectionCap;
+use crate::hub::conn_cap::ConnectionMetrics;
 use crate::report_alerts::escrow::{pbs_in_use, verified};
 use crate::store::HostCounts;
 
@@ -170,90 +169,10 @@ struct FleetGauges {
     guests: Family<GuestLabels, Gauge>,
 }
 
-/// The hub's metrics.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    hosts: Family<Labels, Gauge>,
-    overdue: Gauge,
-    alerts: Family<Labels, Counter>,
-    poll_seconds: Histogram,
-    webhook_failures: Counter,
-    full_reports_requested: Counter,
-    connections_refused: Family<Labels, Counter>,
-    connections_open: Family<Labels, Gauge>,
-    connections_max: Family<Labels, Gauge>,
-    /// The listeners whose connections [`Self::render`] counts.
-    listeners: Mutex<Vec<Arc<ConnectionCap>>>,
-    fleet: FleetGauges,
-    /// One scrape at a time: a scrape clears and refills the fleet's gauges.
-    scrape: Mutex<()>,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    /// Registers every metric.
-    pub fn new() -> Self {
-        let mut root = Registry::default();
-        root.register_collector(Box::new(ProcessCollector));
-        let registry = root.sub_registry_with_prefix("bosun_hub");
-        bosun_metrics::register_build_info(registry, env!("CARGO_PKG_VERSION"));
-        let hosts = Family::<Labels, Gauge>::default();
-        registry.register("hosts", "Enrolled hosts by status", hosts.clone());
-        let overdue = Gauge::default();
-        registry.register(
-            "hosts_overdue",
-            "Active hosts silent past their grace window",
-            overdue.clone(),
-        );
-        let alerts = Family::<Labels, Counter>::default();
-        registry.register("alerts", "Alerts raised by kind", alerts.clone());
-        // Every kind starts at 0, so `increase()` sees the first alert of a kind.
-        for kind in ALERT_KINDS {
-            let _ = alerts.get_or_create(&vec![("kind".to_owned(), kind.as_str().to_owned())]);
-        }
-        let poll_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 14));
-        registry.register(
-            "poll_duration_seconds",
-            "Time to process a poll, excluding the long-poll hold",
-            poll_seconds.clone(),
-        );
-        let webhook_failures = Counter::default();
-        registry.register(
-            "webhook_failures",
-            "Alerts whose webhook delivery gave up after all retries",
-            webhook_failures.clone(),
-        );
-        let full_reports_requested = Counter::default();
-        registry.register(
-            "full_reports_requested",
-            "Report deltas answered with a request for a full report (no base for them here, or the host's keys are wanted)",
-            full_reports_requested.clone(),
-        );
-        let connections_refused = Family::<Labels, Counter>::default();
-        registry.register(
-            "connections_refused",
-            "Connections closed before their TLS handshake because the listener held as many as the hub's file limit allows, by listener (both, agent, admin)",
-            connections_refused.clone(),
-        );
-        let connections_open = Family::<Labels, Gauge>::default();
-        registry.register(
-            "connections_open",
-            "Connections the listener holds open now",
-            connections_open.clone(),
-        );
-        let connections_max = Family::<Labels, Gauge>::default();
-        registry.register(
-            "connections_max",
-            "The most connections the listener holds open: the hub's file limit less its own files",
-            connections_max.clone(),
-        );
-        let fleet = FleetGauges::default();
+impl FleetGauges {
+    /// Registers the per-host families in `registry`.
+    fn register(registry: &mut Registry) -> Self {
+        let fleet = Self::default();
         registry.register(
             "host_info",
             "Active hosts: always 1, with the host's name and agent version as labels",
@@ -324,6 +243,73 @@ impl Metrics {
             "The hub's health roll-up of the host: 0 ok, 1 warning, 2 critical (acknowledged alerts count as warnings at most, silenced ones not at all)",
             fleet.health.clone(),
         );
+        fleet
+    }
+}
+
+/// The hub's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    hosts: Family<Labels, Gauge>,
+    overdue: Gauge,
+    alerts: Family<Labels, Counter>,
+    poll_seconds: Histogram,
+    webhook_failures: Counter,
+    full_reports_requested: Counter,
+    connections: ConnectionMetrics,
+    fleet: FleetGauges,
+    /// One scrape at a time: a scrape clears and refills the fleet's gauges.
+    scrape: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("bosun_hub");
+        bosun_metrics::register_build_info(registry, env!("CARGO_PKG_VERSION"));
+        let hosts = Family::<Labels, Gauge>::default();
+        registry.register("hosts", "Enrolled hosts by status", hosts.clone());
+        let overdue = Gauge::default();
+        registry.register(
+            "hosts_overdue",
+            "Active hosts silent past their grace window",
+            overdue.clone(),
+        );
+        let alerts = Family::<Labels, Counter>::default();
+        registry.register("alerts", "Alerts raised by kind", alerts.clone());
+        // Every kind starts at 0, so `increase()` sees the first alert of a kind.
+        for kind in ALERT_KINDS {
+            let _ = alerts.get_or_create(&vec![("kind".to_owned(), kind.as_str().to_owned())]);
+        }
+        let poll_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 14));
+        registry.register(
+            "poll_duration_seconds",
+            "Time to process a poll, excluding the long-poll hold",
+            poll_seconds.clone(),
+        );
+        let webhook_failures = Counter::default();
+        registry.register(
+            "webhook_failures",
+            "Alerts whose webhook delivery gave up after all retries",
+            webhook_failures.clone(),
+        );
+        let full_reports_requested = Counter::default();
+        registry.register(
+            "full_reports_requested",
+            "Report deltas answered with a request for a full report (no base for them here, or the host's keys are wanted)",
+            full_reports_requested.clone(),
+        );
+        let connections = ConnectionMetrics::register(registry);
+        let fleet = FleetGauges::register(registry);
         Self {
             registry: root,
             hosts,
@@ -332,10 +318,7 @@ impl Metrics {
             poll_seconds,
             webhook_failures,
             full_reports_requested,
-            connections_refused,
-            connections_open,
-            connections_max,
-            listeners: Mutex::new(Vec::new()),
+            connections,
             fleet,
             scrape: Mutex::new(()),
         }
@@ -369,17 +352,9 @@ impl Metrics {
         self.webhook_failures.inc();
     }
 
-    /// The refusal counter of the listener labelled `listener`, created at 0 so a rate sees
-    /// its first refusal.
-    pub fn connections_refused(&self, listener: &str) -> Counter {
-        self.connections_refused
-            .get_or_create(&listener_labels(listener))
-            .clone()
-    }
-
-    /// Counts `cap`'s open connections and its most at each scrape.
-    pub fn watch_listener(&self, cap: &Arc<ConnectionCap>) {
-        self.listeners.lock().push(Arc::clone(cap));
+    /// The listeners' connections.
+    pub fn connections(&self) -> &ConnectionMetrics {
+        &self.connections
     }
 
     /// Renders every family in `format`, with fresh host counts and the per-host gauges of
@@ -403,15 +378,7 @@ impl Metrics {
         }
         self.overdue
             .set(i64::try_from(counts.overdue).unwrap_or(i64::MAX));
-        for cap in self.listeners.lock().iter() {
-            let labels = listener_labels(cap.side().label());
-            self.connections_open
-                .get_or_create(&labels)
-                .set(count(cap.open()));
-            self.connections_max
-                .get_or_create(&labels)
-                .set(count(cap.max()));
-        }
+        self.connections.fill();
         self.fill_fleet(fleet, now);
         bosun_metrics::render(&self.registry, format)
     }
@@ -541,10 +508,6 @@ impl Metrics {
                 .set(i64::from(tunnel.healthy));
         }
     }
-}
-
-fn listener_labels(listener: &str) -> Labels {
-    vec![("listener".to_owned(), listener.to_owned())]
 }
 
 fn count(n: usize) -> i64 {

@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 use bosun_httpkit::conn::{self, Guarded, InFlight, Timeouts};
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -164,6 +167,69 @@ impl ConnectionCap {
             refused = self.refused.swap(0, Ordering::Relaxed),
             "connections refused: the hub holds as many as its file limit allows"
         );
+    }
+}
+
+type ListenerLabels = Vec<(String, String)>;
+
+fn listener_labels(side: Side) -> ListenerLabels {
+    vec![("listener".to_owned(), side.label().to_owned())]
+}
+
+/// The listeners' connections in the hub's metrics: open now, the most, and those refused.
+#[derive(Debug)]
+pub struct ConnectionMetrics {
+    refused: Family<ListenerLabels, Counter>,
+    open: Family<ListenerLabels, Gauge>,
+    max: Family<ListenerLabels, Gauge>,
+    /// The listeners whose connections a scrape counts.
+    listeners: Mutex<Vec<Arc<ConnectionCap>>>,
+}
+
+impl ConnectionMetrics {
+    /// Registers the families in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            refused: Family::default(),
+            open: Family::default(),
+            max: Family::default(),
+            listeners: Mutex::new(Vec::new()),
+        };
+        registry.register(
+            "connections_refused",
+            "Connections closed before their TLS handshake because the listener held as many as the hub's file limit allows, by listener (both, agent, admin)",
+            metrics.refused.clone(),
+        );
+        registry.register(
+            "connections_open",
+            "Connections the listener holds open now",
+            metrics.open.clone(),
+        );
+        registry.register(
+            "connections_max",
+            "The most connections the listener holds open: the hub's file limit less its own files",
+            metrics.max.clone(),
+        );
+        metrics
+    }
+
+    /// The cap of the listener serving `side`, at most `max` connections: its refusals
+    /// counted from 0 (so a rate sees the first), its connections counted at each scrape.
+    pub fn cap(&self, side: Side, max: usize) -> Arc<ConnectionCap> {
+        let refusals = self.refused.get_or_create(&listener_labels(side)).clone();
+        let cap = ConnectionCap::new(side, max, refusals);
+        self.listeners.lock().push(Arc::clone(&cap));
+        cap
+    }
+
+    /// Sets each listener's open and most connections, for a scrape.
+    pub fn fill(&self) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for cap in self.listeners.lock().iter() {
+            let labels = listener_labels(cap.side());
+            self.open.get_or_create(&labels).set(count(cap.open()));
+            self.max.get_or_create(&labels).set(count(cap.max()));
+        }
     }
 }
 

@@ -53,7 +53,7 @@ impl Hub {
         let served = match admin {
             None => {
                 let router = crate::api::router(self.clone());
-                let cap = self.connection_cap(Side::Both, connections);
+                let cap = self.metrics().connections().cap(Side::Both, connections);
                 self.serve_one(agent, router, cap, handle).await
             }
             Some(admin) => {
@@ -62,8 +62,11 @@ impl Hub {
                 // The admin side keeps its own share: agents that fill theirs leave the
                 // operators theirs.
                 let admin_cap = conn_cap::ADMIN_CONNECTIONS.min(connections / 2);
-                let agent_cap = self.connection_cap(Side::Agent, connections - admin_cap);
-                let admin_cap = self.connection_cap(Side::Admin, admin_cap);
+                let agent_cap = self
+                    .metrics()
+                    .connections()
+                    .cap(Side::Agent, connections - admin_cap);
+                let admin_cap = self.metrics().connections().cap(Side::Admin, admin_cap);
                 let (agents, operators) = tokio::join!(
                     self.serve_one(agent, agents, agent_cap, handle.clone()),
                     self.serve_one(admin, operators, admin_cap, handle),
@@ -83,14 +86,6 @@ impl Hub {
         crate::flush_task::write_history(self, true).await;
         crate::flush_task::flush(self).await;
         served
-    }
-
-    /// The cap of the listener serving `side`, its connections and refusals in the metrics.
-    fn connection_cap(&self, side: Side, max: usize) -> Arc<ConnectionCap> {
-        let metrics = self.metrics();
-        let cap = ConnectionCap::new(side, max, metrics.connections_refused(side.label()));
-        metrics.watch_listener(&cap);
-        cap
     }
 
     /// Serves `router` over TLS on one listener, at most `cap` connections at once, until the
