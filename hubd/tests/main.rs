@@ -14,7 +14,6 @@ mod auth_limits;
 mod bad_input;
 mod binary;
 mod bulk_alerts;
-mod connection_timeouts;
 mod dashboard;
 mod dashboard_text;
 mod deadman;

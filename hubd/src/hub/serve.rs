@@ -107,8 +107,7 @@ impl Hub {
             max_connections = cap.max(),
             "hub listening"
         );
-        let timeouts = self.inner.config.connection_timeouts;
-        let acceptor = CappedAcceptor::new(RustlsAcceptor::new(tls), cap, timeouts);
+        let acceptor = CappedAcceptor::new(RustlsAcceptor::new(tls), cap);
         let served = match axum_server::from_tcp(listener) {
             Ok(server) => server
                 .acceptor(acceptor)
