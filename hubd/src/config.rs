@@ -27,6 +27,9 @@ pub struct HubConfig {
     pub max_body_bytes: usize,
     /// The time a request body has to arrive whole (an artifact upload has its own).
     pub body_timeout: Duration,
+    /// How long a connection is kept without a request in flight: after its last answer, and
+    /// from the first byte of a request head to its end.
+    pub connection_timeouts: bosun_httpkit::conn::Timeouts,
     /// Dead-man's switch.
     pub dead_man: deadman::DeadManConfig,
     /// Optional alert webhook.
@@ -59,6 +62,7 @@ impl HubConfig {
             long_poll: Duration::from_secs(25),
             max_body_bytes: 1024 * 1024,
             body_timeout: Duration::from_secs(30),
+            connection_timeouts: crate::hub::conn_cap::TIMEOUTS,
             dead_man: deadman::DeadManConfig::default(),
             webhook: None,
             update_window: None,

@@ -14,6 +14,7 @@ mod auth_limits;
 mod bad_input;
 mod binary;
 mod bulk_alerts;
+mod connection_timeouts;
 mod dashboard;
 mod dashboard_text;
 mod deadman;

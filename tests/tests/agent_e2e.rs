@@ -160,8 +160,21 @@ async fn reports_are_deltas_after_a_full_one_and_a_hub_restart_resyncs() {
     );
     assert_eq!(hub_guests(&hub, host).await.len(), 2);
 
-    // The hub restarts: the agent reconnects with a full report, then deltas again.
-    let hub = hub.restart().await;
+    // The hub goes down and the agent notices (a poll fails), then the hub comes back: the
+    // agent reconnects with a full report, then deltas again. A restart too quick for the
+    // agent to notice resyncs nothing, and needs nothing: the hub stopped with every report
+    // on disk, so the agent's next delta still follows on from what the hub kept.
+    let paused = hub.pause().await;
+    eventually(
+        Duration::from_secs(60),
+        "the agent sees the hub down",
+        || {
+            let status = status.clone();
+            async move { status.borrow().failures > 0 }
+        },
+    )
+    .await;
+    let hub = paused.resume().await;
     // The agent's backoff while the hub was down, on a machine busy with other suites.
     eventually(
         Duration::from_secs(120),

@@ -6,21 +6,27 @@
 //! cannot open the write-ahead log fails the polls it was for, and a database connection
 //! cannot be opened. With the cap, a connection over it is closed before its TLS handshake,
 //! its agent tries again later, and the hub keeps [`OWN_FILES`] for itself.
+//!
+//! A connection past its handshake holds its place only while it is used: with no request in
+//! flight, it is closed [`TIMEOUTS`] after its last answer, or after the first byte of a head
+//! that never completes ([`bosun_httpkit::conn`]). Without them, anyone who reaches the agent
+//! address could fill the cap with connections that finished a handshake and then sent half a
+//! request, and keep every agent out for as long as they held them.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bosun_httpkit::conn::{self, Guarded, InFlight, Timeouts};
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -33,6 +39,18 @@ pub const ADMIN_CONNECTIONS: usize = 256;
 
 /// The fewest connections the hub holds, however low its file limit.
 const FEWEST: usize = 64;
+
+/// The connection timeouts of both sides ([`crate::HubConfig::connection_timeouts`]'s
+/// default). Both are longer than a client's pool keeps an idle connection (reqwest's 90 s,
+/// the agent's client), so a client never sends a request on a connection the hub is closing
+/// at that moment. The header-read one is as long as the idle one: an agent's HTTP/2 client
+/// may send a flow-control frame after an answer and nothing more until its next poll, which
+/// starts that clock. A long-poll, and an answer the client is reading, are in flight and
+/// never cut.
+pub const TIMEOUTS: Timeouts = Timeouts {
+    header_read: Duration::from_secs(120),
+    idle: Duration::from_secs(120),
+};
 
 /// How often the refusals are logged, at most: one line with how many there were.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -215,17 +233,23 @@ impl ConnectionMetrics {
     }
 }
 
-/// The accept step: the cap, then the TLS handshake (`inner`).
+/// The accept step: the cap, then the TLS handshake (`inner`), then the connection's
+/// timeouts.
 #[derive(Debug, Clone)]
 pub struct CappedAcceptor<A> {
     inner: A,
     cap: Arc<ConnectionCap>,
+    timeouts: Timeouts,
 }
 
 impl<A> CappedAcceptor<A> {
     /// Wraps the TLS acceptor `inner`.
-    pub fn new(inner: A, cap: Arc<ConnectionCap>) -> Self {
-        Self { inner, cap }
+    pub fn new(inner: A, cap: Arc<ConnectionCap>, timeouts: Timeouts) -> Self {
+        Self {
+            inner,
+            cap,
+            timeouts,
+        }
     }
 }
 
@@ -238,8 +262,8 @@ where
     A::Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     A::Service: Send + 'static,
 {
-    type Stream = Held<A::Stream>;
-    type Service = A::Service;
+    type Stream = Guarded<A::Stream, OwnedSemaphorePermit>;
+    type Service = InFlight<A::Service, ()>;
     type Future = AcceptFuture<Self::Stream, Self::Service>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
@@ -250,63 +274,16 @@ where
                 "connection cap reached",
             ))));
         };
+        let peer = match stream.peer_addr() {
+            Ok(addr) => addr.ip(),
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
         let handshake = self.inner.accept(stream, service);
+        let named = (self.cap.side.name(), peer);
+        let timeouts = self.timeouts;
         Box::pin(async move {
             let (stream, service) = handshake.await?;
-            Ok((
-                Held {
-                    inner: stream,
-                    _permit: permit,
-                },
-                service,
-            ))
+            Ok(conn::guard(stream, service, permit, timeouts, named, None))
         })
-    }
-}
-
-/// A connection's stream, holding its place under the cap until it closes.
-#[derive(Debug)]
-pub struct Held<T> {
-    inner: T,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Held<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

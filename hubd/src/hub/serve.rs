@@ -107,7 +107,8 @@ impl Hub {
             max_connections = cap.max(),
             "hub listening"
         );
-        let acceptor = CappedAcceptor::new(RustlsAcceptor::new(tls), cap);
+        let timeouts = self.inner.config.connection_timeouts;
+        let acceptor = CappedAcceptor::new(RustlsAcceptor::new(tls), cap, timeouts);
         let served = match axum_server::from_tcp(listener) {
             Ok(server) => server
                 .acceptor(acceptor)

@@ -114,11 +114,6 @@ impl RealHub {
         Self::open_with(dir, admin, listener, clock, (hold, interval)).await
     }
 
-    /// Stops the hub and starts it again on the same data and port.
-    pub async fn restart(self) -> Self {
-        self.pause().await.resume().await
-    }
-
     /// Stops the hub, keeping its data and port for [`PausedHub::resume`] (another server may
     /// take the port meanwhile).
     pub async fn pause(mut self) -> PausedHub {
