@@ -87,7 +87,10 @@ pub fn guard<T, S, P, X>(
     (stream, service)
 }
 
-/// A sleep re-armed only when its deadline moves.
+/// A sleep re-armed lazily: a deadline that moves later (each answer moves the idle one) leaves
+/// the sleep where it is, and only when it fires is it set again for the deadline then. A
+/// connection's timer touches the runtime's timer wheel about once a timeout, not once a
+/// request.
 #[derive(Debug)]
 struct Timer {
     sleep: Pin<Box<Sleep>>,
@@ -104,11 +107,24 @@ impl Timer {
 
     /// Ready once `deadline` has passed; wakes the task then.
     fn poll_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
-        if self.armed_for != deadline {
-            self.sleep.as_mut().reset(deadline);
-            self.armed_for = deadline;
+        if deadline < self.armed_for {
+            self.arm(deadline);
         }
-        self.sleep.as_mut().poll(cx)
+        loop {
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if self.armed_for >= deadline {
+                return Poll::Ready(());
+            }
+            // It fired for a deadline that has since moved later.
+            self.arm(deadline);
+        }
+    }
+
+    fn arm(&mut self, deadline: Instant) {
+        self.sleep.as_mut().reset(deadline);
+        self.armed_for = deadline;
     }
 }
 
@@ -453,6 +469,29 @@ mod tests {
         let kind = tokio::time::timeout(BOUND, read_error(&mut stream)).await;
         assert_eq!(kind.unwrap(), io::ErrorKind::TimedOut);
         assert!(answered.elapsed() >= timeouts.idle - Duration::from_millis(5));
+    }
+
+    #[tokio::test]
+    async fn an_answer_moves_the_idle_deadline_of_a_connection_already_waiting() {
+        let timeouts = Timeouts {
+            header_read: Duration::from_secs(60),
+            idle: Duration::from_millis(400),
+        };
+        let (_client, server) = tokio::io::duplex(64);
+        let (mut stream, mut service) = guarded(server, timeouts, Body::empty);
+        // The stream waits with its timer set for the first idle deadline...
+        let reading = tokio::spawn(async move { read_error(&mut stream).await });
+        tokio::time::sleep(timeouts.idle * 3 / 4).await;
+        // ...when an answer moves the deadline later: the timer set first must not close it.
+        service.call(axum::http::Request::new(())).await.unwrap();
+        let answered = Instant::now();
+        let kind = tokio::time::timeout(BOUND, reading).await.unwrap().unwrap();
+        assert_eq!(kind, io::ErrorKind::TimedOut);
+        assert!(
+            answered.elapsed() >= timeouts.idle - Duration::from_millis(5),
+            "closed {:?} after the answer",
+            answered.elapsed()
+        );
     }
 
     #[tokio::test]
