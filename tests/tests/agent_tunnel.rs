@@ -648,14 +648,23 @@ async fn a_guest_restored_elsewhere_keeps_its_hostname_at_its_new_address() {
         },
     )
     .await;
-    // The guest reads it: the hostname left the container that stopped being it (the catch-all
-    // answered meanwhile, never a possible copy of it), then reached it where it came back.
+    // The guest reads it: the hostname left the container that stopped being it, and reached
+    // it where it came back. A placement that ran between the two (every few ticks) took the
+    // route away first, and the catch-all answered meanwhile; a restore quicker than that moved
+    // it in one step. Either way its old address is what the guest is told it left.
     let told = audit_events(&agent, a).await;
-    assert_eq!(told[0].0, "tunnel.route_added", "{told:?}");
-    assert_eq!(told[0].1["hostname"], "shop.example.com");
+    assert_eq!(told[0].1["hostname"], "shop.example.com", "{told:?}");
     assert_eq!(told[0].1["service"], service(new_vmid, 80).as_str());
-    assert_eq!(told[1].0, "tunnel.route_removed", "{told:?}");
-    assert_eq!(told[1].1["service"], service(vmid, 80).as_str());
+    match told[0].0.as_str() {
+        "tunnel.route_added" => {
+            assert_eq!(told[1].0, "tunnel.route_removed", "{told:?}");
+            assert_eq!(told[1].1["service"], service(vmid, 80).as_str());
+        }
+        "tunnel.route_readdressed" => {
+            assert_eq!(told[0].1["previous_service"], service(vmid, 80).as_str());
+        }
+        other => panic!("the guest was told {other}: {told:?}"),
+    }
 
     agent.stop().await;
     stand_in.stop().await;
