@@ -39,6 +39,67 @@ pub struct Timeouts {
     pub idle: Duration,
 }
 
+/// The timeout that closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timeout {
+    /// No byte and no request for [`Timeouts::idle`].
+    Idle,
+    /// Bytes but no complete request within [`Timeouts::header_read`].
+    HeaderRead,
+    /// An answer the client did not read for [`Timeouts::idle`].
+    WriteStall,
+}
+
+impl Timeout {
+    /// Every timeout, for counters made ahead of the first.
+    pub const ALL: [Self; 3] = [Self::Idle, Self::HeaderRead, Self::WriteStall];
+
+    /// Its name, in a log line and a metric's label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::HeaderRead => "header_read",
+            Self::WriteStall => "write_stall",
+        }
+    }
+}
+
+/// Told of each connection a guard closes on a timeout (a metric's counter).
+pub type OnTimeout = Arc<dyn Fn(Timeout) + Send + Sync>;
+
+/// Names a guarded connection: its server and peer in the log line of a timeout, and who is
+/// told of one.
+#[derive(Clone)]
+pub struct Named {
+    /// The server, as the log line names it.
+    pub server: &'static str,
+    /// The client's address.
+    pub peer: IpAddr,
+    /// Told of the timeout that closes the connection, if any does.
+    pub on_timeout: Option<OnTimeout>,
+}
+
+impl Named {
+    /// A connection of `server` from `peer`, its timeouts only logged.
+    pub fn new(server: &'static str, peer: IpAddr) -> Self {
+        Self {
+            server,
+            peer,
+            on_timeout: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Named")
+            .field("server", &self.server)
+            .field("peer", &self.peer)
+            .field("on_timeout", &self.on_timeout.is_some())
+            .finish()
+    }
+}
+
 /// What a connection is doing, shared by its stream and its service.
 #[derive(Debug)]
 struct Activity {
@@ -52,14 +113,14 @@ struct Activity {
 type SharedActivity = Arc<Mutex<Activity>>;
 
 /// Guards a connection whose handshake is done: `stream` gets the [`Timeouts`], `service` marks
-/// its requests in flight and puts `tag` (when given) into each request's extensions. `server`
-/// and `peer` name the connection in the log line of a timeout.
+/// its requests in flight and puts `tag` (when given) into each request's extensions. `named`
+/// names the connection in the log line of a timeout, and says who is told of one.
 pub fn guard<T, S, P, X>(
     stream: T,
     service: S,
     permit: P,
     timeouts: Timeouts,
-    (server, peer): (&'static str, IpAddr),
+    named: Named,
     tag: Option<X>,
 ) -> (Guarded<T, P>, InFlight<S, X>) {
     let now = Instant::now();
@@ -75,8 +136,7 @@ pub fn guard<T, S, P, X>(
         write_timer: Timer::new(now + timeouts.idle),
         write_waiting_since: None,
         timeouts,
-        server,
-        peer,
+        named,
         _permit: permit,
     };
     let service = InFlight {
@@ -139,8 +199,7 @@ pub struct Guarded<T, P> {
     /// Since when a write has waited for the client to read, if one does.
     write_waiting_since: Option<Instant>,
     timeouts: Timeouts,
-    server: &'static str,
-    peer: IpAddr,
+    named: Named,
     _permit: P,
 }
 
@@ -153,8 +212,8 @@ impl<T, P> Guarded<T, P> {
                 return Poll::Pending;
             }
             match activity.head_started {
-                Some(started) => (started + self.timeouts.header_read, "header read"),
-                None => (activity.idle_since + self.timeouts.idle, "idle"),
+                Some(started) => (started + self.timeouts.header_read, Timeout::HeaderRead),
+                None => (activity.idle_since + self.timeouts.idle, Timeout::Idle),
             }
         };
         match self.read_timer.poll_until(deadline, cx) {
@@ -168,18 +227,22 @@ impl<T, P> Guarded<T, P> {
         let since = *self.write_waiting_since.get_or_insert_with(Instant::now);
         match self.write_timer.poll_until(since + self.timeouts.idle, cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(()) => Poll::Ready(self.timed_out("write stall")),
+            Poll::Ready(()) => Poll::Ready(self.timed_out(Timeout::WriteStall)),
         }
     }
 
-    fn timed_out(&self, what: &'static str) -> io::Error {
+    fn timed_out(&mut self, what: Timeout) -> io::Error {
         tracing::debug!(
-            server = self.server,
-            peer = %self.peer,
-            timeout = what,
+            server = self.named.server,
+            peer = %self.named.peer,
+            timeout = what.name(),
             "connection timed out"
         );
-        io::Error::new(io::ErrorKind::TimedOut, format!("{what} timeout"))
+        // Told once: a connection closes on its first timeout, whatever is polled after it.
+        if let Some(tell) = self.named.on_timeout.take() {
+            tell(what);
+        }
+        io::Error::new(io::ErrorKind::TimedOut, format!("{} timeout", what.name()))
     }
 
     /// A write's outcome: progress ends a wait, a wait runs against its deadline.
@@ -388,7 +451,7 @@ mod tests {
             service,
             (),
             timeouts,
-            ("test", IpAddr::from([127, 0, 0, 1])),
+            Named::new("test", IpAddr::from([127, 0, 0, 1])),
             None,
         )
     }
@@ -415,11 +478,20 @@ mod tests {
             idle: Duration::from_millis(400),
         };
         let (_client, server) = tokio::io::duplex(64);
-        let (mut stream, _service) = guarded(server, timeouts, Body::empty);
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let tell = Arc::clone(&told);
+        let named = Named {
+            on_timeout: Some(Arc::new(move |t| tell.lock().push(t))),
+            ..Named::new("test", IpAddr::from([127, 0, 0, 1]))
+        };
+        let (mut stream, _service) = guard(server, (), (), timeouts, named, None::<()>);
         let started = Instant::now();
         let kind = tokio::time::timeout(BOUND, read_error(&mut stream)).await;
         assert_eq!(kind.unwrap(), io::ErrorKind::TimedOut);
         assert!(started.elapsed() >= timeouts.idle);
+        // Polled again after it, the stream fails again but is told of one timeout.
+        assert_eq!(read_error(&mut stream).await, io::ErrorKind::TimedOut);
+        assert_eq!(*told.lock(), [Timeout::Idle]);
     }
 
     #[tokio::test]

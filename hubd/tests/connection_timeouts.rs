@@ -97,9 +97,27 @@ async fn a_head_sent_a_byte_at_a_time_and_an_http2_client_that_only_pings_are_cl
     let open = open_for(pinging, ping, Duration::from_millis(200), started).await;
     assert!(open >= timeouts.header_read, "closed after {open:?}");
 
-    // The hub still answers.
+    // The hub still answers, and counts both.
     let health = hub.request(Method::GET, "/v1/health", None, None).await;
     assert_eq!(health.status(), StatusCode::OK);
+    assert!(timed_out(&hub, "header_read").await >= 2);
+}
+
+/// The connections the hub's one listener closed on `timeout`, from its metrics (the test's
+/// own client's connections may add to them).
+async fn timed_out(hub: &TestHub, timeout: &str) -> u64 {
+    let metrics = hub
+        .request(Method::GET, "/metrics", None, None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let series = format!(
+        "bosun_hub_connections_timed_out_total{{listener=\"both\",timeout=\"{timeout}\"}} "
+    );
+    let line = metrics.lines().find(|l| l.starts_with(&series));
+    line.and_then(|l| l[series.len()..].parse().ok())
+        .unwrap_or_else(|| panic!("no {series}in {metrics}"))
 }
 
 #[tokio::test]
@@ -145,4 +163,6 @@ async fn a_silent_connection_is_closed_and_a_long_poll_held_past_the_timeouts_is
         started.elapsed()
     );
     let _answer: serde_json::Value = held.json().await.unwrap();
+    assert!(timed_out(&hub, "idle").await >= 2);
+    assert_eq!(timed_out(&hub, "write_stall").await, 0);
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun_httpkit::conn::{self, Guarded, InFlight, Timeouts};
+use bosun_httpkit::conn::{self, Guarded, InFlight, Named, Timeout, Timeouts};
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -115,6 +115,8 @@ pub struct ConnectionCap {
     open: Arc<Semaphore>,
     /// Every refusal, for the metrics.
     refusals: Counter,
+    /// Every connection closed on a timeout, for the metrics.
+    timeouts: TimeoutCounters,
     /// Refusals since the last log line.
     refused: AtomicU64,
     last_logged: Mutex<Option<Instant>>,
@@ -122,14 +124,15 @@ pub struct ConnectionCap {
 
 impl ConnectionCap {
     /// At most `max` connections open at once on the listener serving `side`; each refusal
-    /// counts in `refusals`.
-    pub fn new(side: Side, max: usize, refusals: Counter) -> Arc<Self> {
+    /// counts in `refusals`, each connection closed on a timeout in `timeouts`.
+    pub fn new(side: Side, max: usize, refusals: Counter, timeouts: TimeoutCounters) -> Arc<Self> {
         let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(Self {
             side,
             max,
             open: Arc::new(Semaphore::new(max)),
             refusals,
+            timeouts,
             refused: AtomicU64::new(0),
             last_logged: Mutex::new(None),
         })
@@ -170,16 +173,39 @@ impl ConnectionCap {
     }
 }
 
+/// A listener's connections closed on each of the guard's timeouts.
+#[derive(Debug, Clone)]
+pub struct TimeoutCounters([Counter; 3]);
+
+impl TimeoutCounters {
+    fn count(&self, timeout: Timeout) {
+        let i = match timeout {
+            Timeout::Idle => 0,
+            Timeout::HeaderRead => 1,
+            Timeout::WriteStall => 2,
+        };
+        self.0[i].inc();
+    }
+}
+
 type ListenerLabels = Vec<(String, String)>;
 
 fn listener_labels(side: Side) -> ListenerLabels {
     vec![("listener".to_owned(), side.label().to_owned())]
 }
 
-/// The listeners' connections in the hub's metrics: open now, the most, and those refused.
+fn timeout_labels(side: Side, timeout: Timeout) -> ListenerLabels {
+    let mut labels = listener_labels(side);
+    labels.push(("timeout".to_owned(), timeout.name().to_owned()));
+    labels
+}
+
+/// The listeners' connections in the hub's metrics: open now, the most, those refused, and
+/// those closed on a timeout.
 #[derive(Debug)]
 pub struct ConnectionMetrics {
     refused: Family<ListenerLabels, Counter>,
+    timed_out: Family<ListenerLabels, Counter>,
     open: Family<ListenerLabels, Gauge>,
     max: Family<ListenerLabels, Gauge>,
     /// The listeners whose connections a scrape counts.
@@ -191,6 +217,7 @@ impl ConnectionMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             refused: Family::default(),
+            timed_out: Family::default(),
             open: Family::default(),
             max: Family::default(),
             listeners: Mutex::new(Vec::new()),
@@ -199,6 +226,11 @@ impl ConnectionMetrics {
             "connections_refused",
             "Connections closed before their TLS handshake because the listener held as many as the hub's file limit allows, by listener (both, agent, admin)",
             metrics.refused.clone(),
+        );
+        registry.register(
+            "connections_timed_out",
+            "Connections closed because they held their place without a request (idle, header_read) or did not read an answer (write_stall), by listener and timeout",
+            metrics.timed_out.clone(),
         );
         registry.register(
             "connections_open",
@@ -213,11 +245,17 @@ impl ConnectionMetrics {
         metrics
     }
 
-    /// The cap of the listener serving `side`, at most `max` connections: its refusals
-    /// counted from 0 (so a rate sees the first), its connections counted at each scrape.
+    /// The cap of the listener serving `side`, at most `max` connections: its refusals and
+    /// timeouts counted from 0 (so a rate sees the first), its connections counted at each
+    /// scrape.
     pub fn cap(&self, side: Side, max: usize) -> Arc<ConnectionCap> {
         let refusals = self.refused.get_or_create(&listener_labels(side)).clone();
-        let cap = ConnectionCap::new(side, max, refusals);
+        let timeouts = TimeoutCounters(Timeout::ALL.map(|t| {
+            self.timed_out
+                .get_or_create(&timeout_labels(side, t))
+                .clone()
+        }));
+        let cap = ConnectionCap::new(side, max, refusals, timeouts);
         self.listeners.lock().push(Arc::clone(&cap));
         cap
     }
@@ -279,7 +317,11 @@ where
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let handshake = self.inner.accept(stream, service);
-        let named = (self.cap.side.name(), peer);
+        let counters = self.cap.timeouts.clone();
+        let named = Named {
+            on_timeout: Some(Arc::new(move |timeout| counters.count(timeout))),
+            ..Named::new(self.cap.side.name(), peer)
+        };
         let timeouts = self.timeouts;
         Box::pin(async move {
             let (stream, service) = handshake.await?;

@@ -91,7 +91,7 @@ where
                 service,
                 permit,
                 timeouts,
-                ("local api", peer),
+                conn::Named::new("local api", peer),
                 Some(slot),
             ))
         })
