@@ -335,5 +335,24 @@ async fn the_configured_connection_caps_and_idle_timeout_hold_against_an_idle_fl
         let (closed, _) = raw_tls::closed_within(stream, Duration::from_secs(10)).await;
         assert!(closed, "idle_timeout_ms from the config file applies");
     }
+    // The agent's metrics count both (the test's process runs this one agent).
+    let text = bosun_agentd::metrics::agent()
+        .render(Default::default(), bosun_metrics::Format::Text004)
+        .await
+        .unwrap();
+    let count = |series: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    assert_eq!(
+        count("bosun_agent_local_api_connections_refused_total{cap=\"per_peer\"}"),
+        196.0
+    );
+    assert!(count("bosun_agent_local_api_connections_timed_out_total{timeout=\"idle\"}") >= 4.0);
+    assert_eq!(
+        count("bosun_agent_local_api_connections_timed_out_total{timeout=\"write_stall\"}"),
+        0.0
+    );
     agent.stop().await;
 }

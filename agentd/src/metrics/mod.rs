@@ -19,6 +19,8 @@
 //! | `bosun_agent_reconcile_passes_total` | `outcome` | counter |
 //! | `bosun_agent_reconcile_duration_seconds` | | histogram |
 //! | `bosun_agent_local_api_requests_total` | `route`, `status` | counter |
+//! | `bosun_agent_local_api_connections_refused_total` | `cap` (`per_peer`, `per_guest`, `unattributed`, `total`) | counter |
+//! | `bosun_agent_local_api_connections_timed_out_total` | `timeout` (`idle`, `header_read`, `write_stall`) | counter |
 //! | `bosun_agent_queue_operations` | | gauge: queued or running |
 //! | `bosun_agent_queue_busy_guests` | | gauge |
 //! | `bosun_agent_journal_size_bytes` | `file` (`database`, `wal`) | gauge |
@@ -85,6 +87,18 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+/// The local API's connection cap that refused a connection.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CapLabels {
+    cap: &'static str,
+}
+
+/// The timeout that closed a local-API connection.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TimeoutLabels {
+    timeout: &'static str,
+}
+
 /// One local-API route and status.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct LocalApiLabels {
@@ -112,6 +126,8 @@ pub struct AgentMetrics {
     reconcile_passes: Family<OutcomeLabels, Counter>,
     reconcile_seconds: Histogram,
     local_api_requests: Family<LocalApiLabels, Counter>,
+    local_api_refused: Family<CapLabels, Counter>,
+    local_api_timed_out: Family<TimeoutLabels, Counter>,
     /// What the last scrape read; `SnapshotCollector` encodes it.
     snapshot: std::sync::Arc<Mutex<Snapshot>>,
     /// One scrape at a time: a scrape replaces the snapshot, then encodes it.
@@ -170,6 +186,24 @@ impl AgentMetrics {
             "Local API responses by route template and HTTP status",
             local_api_requests.clone(),
         );
+        let local_api_refused = Family::<CapLabels, Counter>::default();
+        registry.register(
+            "local_api_connections_refused",
+            "Local API connections closed before their TLS handshake, by the cap that was full",
+            local_api_refused.clone(),
+        );
+        let local_api_timed_out = Family::<TimeoutLabels, Counter>::default();
+        for timeout in bosun_httpkit::conn::Timeout::ALL {
+            // Made at 0, so a rate sees the first.
+            let _ = local_api_timed_out.get_or_create(&TimeoutLabels {
+                timeout: timeout.name(),
+            });
+        }
+        registry.register(
+            "local_api_connections_timed_out",
+            "Local API connections closed because they held their place without a request (idle, header_read) or did not read an answer (write_stall)",
+            local_api_timed_out.clone(),
+        );
         registry.register_collector(Box::new(SnapshotCollector::new(std::sync::Arc::clone(
             &snapshot,
         ))));
@@ -180,6 +214,8 @@ impl AgentMetrics {
             reconcile_passes,
             reconcile_seconds,
             local_api_requests,
+            local_api_refused,
+            local_api_timed_out,
             snapshot,
             scrape: tokio::sync::Mutex::new(()),
         }
@@ -218,6 +254,22 @@ impl AgentMetrics {
             .get_or_create(&LocalApiLabels {
                 route: route.to_owned(),
                 status: status.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a local-API connection refused by the cap named `cap`.
+    pub fn local_api_refused(&self, cap: &'static str) {
+        self.local_api_refused
+            .get_or_create(&CapLabels { cap })
+            .inc();
+    }
+
+    /// Counts a local-API connection closed on `timeout`.
+    pub fn local_api_timed_out(&self, timeout: bosun_httpkit::conn::Timeout) {
+        self.local_api_timed_out
+            .get_or_create(&TimeoutLabels {
+                timeout: timeout.name(),
             })
             .inc();
     }

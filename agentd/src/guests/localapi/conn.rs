@@ -91,7 +91,12 @@ where
                 service,
                 permit,
                 timeouts,
-                conn::Named::new("local api", peer),
+                conn::Named {
+                    on_timeout: Some(Arc::new(|timeout| {
+                        crate::metrics::agent().local_api_timed_out(timeout);
+                    })),
+                    ..conn::Named::new("local api", peer)
+                },
                 Some(slot),
             ))
         })

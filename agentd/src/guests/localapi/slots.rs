@@ -360,8 +360,10 @@ impl SlotBook {
             .map(|g| g.to_string())
     }
 
-    /// Logs a refusal by `cap`, unless one was logged less than [`CAP_LOG_INTERVAL`] ago.
+    /// Counts a refusal by `cap` in the metrics, and logs it unless one was logged less than
+    /// [`CAP_LOG_INTERVAL`] ago.
     pub(crate) fn log_refusal(&self, cap: Cap, peer: IpAddr) {
+        crate::metrics::agent().local_api_refused(cap.name());
         let limit = match cap {
             Cap::PerPeer => self.limits.max_per_peer,
             Cap::PerGuest => self.limits.max_per_guest,
