@@ -63,6 +63,9 @@ async fn main() -> anyhow::Result<()> {
     let sim = Simulator::start(config, listener)
         .await
         .context("starting the simulator")?;
+    // Both handlers before the ready file: whoever reads it may stop the process at once.
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let endpoint_path = args.data.join("endpoint.json");
     let json = serde_json::to_string_pretty(sim.endpoint()).context("encoding endpoint.json")?;
     write_0600(&endpoint_path, &json)
@@ -73,9 +76,8 @@ async fn main() -> anyhow::Result<()> {
         endpoint = %endpoint_path.display(),
         "bosun-pvesim ready"
     );
-    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+        _ = interrupt.recv() => {}
         _ = term.recv() => {}
     }
     tracing::info!("shutting down");

@@ -71,6 +71,9 @@ async fn main() -> anyhow::Result<()> {
         "systemctl": view.systemctl,
         "replicas": view.replicas.iter().map(|r| json!({ "unit": r.unit, "metrics": r.metrics })).collect::<Vec<_>>(),
     });
+    // Both handlers before the ready file: whoever reads it may stop the process at once.
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let path = args.dir.join("stand-in.json");
     let tmp = args.dir.join("stand-in.json.tmp");
     std::fs::write(&tmp, serde_json::to_string_pretty(&described)?)
@@ -80,9 +83,8 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(unit = %replica.unit, metrics = %replica.metrics, connections = replica.connections, "tunnel stand-in replica started");
     }
     tracing::info!(control = %control, described = %path.display(), "bosun-cloudflared-sim ready");
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+        _ = interrupt.recv() => {}
         _ = term.recv() => {}
         r = server => anyhow::bail!("the control API stopped: {r:?}"),
     }
