@@ -70,16 +70,19 @@ async fn killed_at_every_break_glass_step_the_door_opens_once() {
             )
             .await;
         assert!((200..300).contains(&status), "{status} {body}");
-        let exit = wait_exit(&mut child, Duration::from_secs(60)).await;
-        assert!(
-            exit.is_some_and(|s| !s.success()),
-            "{point}: the failpoint did not trip ({exit:?})"
-        );
+        assert_tripped(&mut child, &files.config_path, point).await;
         child = spawn_agent(&files.config_path, None);
-        eventually(Duration::from_secs(60), point, || async {
-            outcome(&hub, host, &job).await.is_some()
+        let reported = tokio::time::timeout(Duration::from_secs(60), async {
+            while outcome(&hub, host, &job).await.is_none() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         })
         .await;
+        assert!(
+            reported.is_ok(),
+            "{point}: no outcome reached the hub; the agent's log ends:\n{}",
+            log_tail(&files.config_path, 80)
+        );
         assert_eq!(
             outcome(&hub, host, &job).await.as_deref(),
             Some("succeeded"),

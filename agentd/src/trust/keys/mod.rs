@@ -12,3 +12,5 @@
 pub mod credentials;
 pub mod pbs_key;
 pub mod sealing;
+
+mod new_file;

@@ -49,8 +49,8 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -466,62 +466,29 @@ impl PbsKey {
         }
     }
 
-    /// Writes `key` to a temporary file, syncs it and links it into place, so the key file
-    /// is never seen half-written and never replaces one that exists. `Some` is the key
-    /// that was already there.
+    /// Writes `key` to a temporary file, syncs it and links it into place
+    /// ([`super::new_file`]), so the key file is never seen half-written and never replaces
+    /// one that exists. `Some` is the key that was already there.
     fn write_new(state_dir: &Path, path: &Path, key: &Self) -> Result<Option<Self>, PbsKeyError> {
         let json = key.key_file_json();
-        let tmp = state_dir.join(KEY_FILE_TMP);
-        let tmp_io = |what, source| PbsKeyError::Io {
-            what,
-            path: tmp.clone(),
-            source,
-        };
-        // A leftover from a crash before the link: its key was never handed out.
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(tmp_io("removing", e)),
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| tmp_io("creating", e))?;
-        file.write_all(json.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| tmp_io("writing", e))?;
-        drop(file);
-
-        let linked = std::fs::hard_link(&tmp, path);
-        std::fs::remove_file(&tmp).map_err(|e| tmp_io("removing", e))?;
-        match linked {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+        let written =
+            super::new_file::write_new(state_dir, KEY_FILE_TMP, KEY_FILE, json.as_bytes())
+                .map_err(|e| PbsKeyError::Io {
+                    what: e.what,
+                    path: e.path,
+                    source: e.source,
+                })?;
+        match written {
+            super::new_file::Written::New => Ok(None),
+            super::new_file::Written::AlreadyThere => {
                 let file = File::open(path).map_err(|source| PbsKeyError::Io {
                     what: "opening",
                     path: path.to_owned(),
                     source,
                 })?;
-                return Self::load(path, file).map(Some);
-            }
-            Err(source) => {
-                return Err(PbsKeyError::Io {
-                    what: "linking",
-                    path: path.to_owned(),
-                    source,
-                });
+                Self::load(path, file).map(Some)
             }
         }
-        File::open(state_dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(|source| PbsKeyError::Io {
-                what: "syncing",
-                path: state_dir.to_owned(),
-                source,
-            })?;
-        Ok(None)
     }
 }
 

@@ -11,8 +11,7 @@
 //! the recipient is public, so anyone can seal to it. What a sealed credential is for, and
 //! whether the operator made it, is checked by [`super::credentials`] on every open.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -22,6 +21,14 @@ use zeroize::Zeroizing;
 
 /// The identity's file name in the state directory.
 pub const IDENTITY_FILE: &str = "storage-identity.age";
+
+/// Where a new identity is written before it is linked into place.
+const IDENTITY_FILE_TMP: &str = ".storage-identity.age.tmp";
+
+/// Whether `path` is a file with nothing in it.
+fn is_empty(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.len() == 0)
+}
 
 /// Why the identity could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -69,10 +76,23 @@ impl std::fmt::Debug for StorageIdentity {
 impl StorageIdentity {
     /// Loads `state_dir/storage-identity.age`, creating it (0600) when absent.
     pub fn load_or_create(state_dir: &Path) -> Result<Self, SealingError> {
-        match Self::load(state_dir)? {
-            Some(identity) => Ok(identity),
-            None => Self::create(&state_dir.join(IDENTITY_FILE)),
+        match Self::load(state_dir) {
+            Ok(Some(identity)) => return Ok(identity),
+            Ok(None) => {}
+            Err(SealingError::Malformed { path }) if is_empty(&path) => {
+                // Agents before the file was linked into place whole created it and then
+                // wrote it: one killed between the two left it empty. It never held a key,
+                // so nothing was sealed to it.
+                tracing::warn!(path = %path.display(), "the host storage identity file is empty (an earlier start was cut short); making the identity again");
+                std::fs::remove_file(&path).map_err(|source| SealingError::Io {
+                    what: "removing",
+                    path,
+                    source,
+                })?;
+            }
+            Err(e) => return Err(e),
         }
+        Self::create(state_dir)
     }
 
     /// Loads `state_dir/storage-identity.age` when it exists (the agent makes it on its first
@@ -113,31 +133,38 @@ impl StorageIdentity {
         Ok(Some(Self { identity }))
     }
 
-    fn create(path: &Path) -> Result<Self, SealingError> {
+    /// Makes a new identity and writes it whole ([`super::new_file`]); when another process
+    /// wrote one first, that one is loaded instead.
+    fn create(state_dir: &Path) -> Result<Self, SealingError> {
         let identity = age::x25519::Identity::generate();
-        let io = |what, source| SealingError::Io {
-            what,
-            path: path.to_owned(),
-            source,
-        };
-        // create_new: a second agent racing this one cannot overwrite the first's key.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| io("creating", e))?;
         let secret = identity.to_string();
         let text = Zeroizing::new(format!(
             "# bosun host storage identity; recipient {}\n{}\n",
             identity.to_public(),
             secret.expose_secret()
         ));
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| io("writing", e))?;
-        tracing::info!(recipient = %identity.to_public(), "host storage identity created");
-        Ok(Self { identity })
+        let written = super::new_file::write_new(
+            state_dir,
+            IDENTITY_FILE_TMP,
+            IDENTITY_FILE,
+            text.as_bytes(),
+        )
+        .map_err(|e| SealingError::Io {
+            what: e.what,
+            path: e.path,
+            source: e.source,
+        })?;
+        match written {
+            super::new_file::Written::New => {
+                tracing::info!(recipient = %identity.to_public(), "host storage identity created");
+                Ok(Self { identity })
+            }
+            super::new_file::Written::AlreadyThere => {
+                Self::load(state_dir)?.ok_or_else(|| SealingError::Malformed {
+                    path: state_dir.join(IDENTITY_FILE),
+                })
+            }
+        }
     }
 
     /// The public half, `age1…`.
@@ -201,5 +228,22 @@ mod tests {
             StorageIdentity::load_or_create(dir.path()),
             Err(SealingError::Malformed { .. })
         ));
+    }
+
+    #[test]
+    fn an_empty_identity_file_a_cut_short_start_left_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(IDENTITY_FILE);
+        // What an agent killed between creating the file and writing it left behind, beside
+        // a temporary file a later one was killed while writing.
+        std::fs::write(&path, "").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(dir.path().join(IDENTITY_FILE_TMP), "AGE-SECRET-KEY-1HALF").unwrap();
+        let made = StorageIdentity::load_or_create(dir.path()).unwrap();
+        let again = StorageIdentity::load_or_create(dir.path()).unwrap();
+        assert_eq!(made.recipient(), again.recipient());
+        assert!(!dir.path().join(IDENTITY_FILE_TMP).exists());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 }
