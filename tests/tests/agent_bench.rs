@@ -121,6 +121,7 @@ async fn agent_figures() {
     // 3. idle RSS / CPU of the real binary.
     match std::env::var("BOSUN_AGENTD_BIN") {
         Ok(bin) => {
+            print_layout(&bin);
             idle_figures(&bin).await;
             busy_idle_figures(&bin).await;
         }
@@ -134,8 +135,48 @@ async fn agent_figures() {
 #[ignore = "benchmark"]
 async fn agent_idle_figures() {
     let bin = std::env::var("BOSUN_AGENTD_BIN").expect("set BOSUN_AGENTD_BIN to the agent binary");
+    print_layout(&bin);
     idle_figures(&bin).await;
     busy_idle_figures(&bin).await;
+}
+
+/// Prints how many of the functions `agentd/hot-code.txt` lays out together the binary has
+/// (decision 0091): a function's name changes with the code around it, so a list made before
+/// the agent changed may name functions it no longer has, and the idle figures of such a
+/// binary are of code spread over the whole of it. `make packages` asks for 90 %.
+fn print_layout(bin: &str) {
+    let list = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentd/hot-code.txt");
+    let listed: std::collections::HashSet<String> = std::fs::read_to_string(&list)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    match std::process::Command::new("nm")
+        .args(["--defined-only", bin])
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            let symbols = String::from_utf8_lossy(&out.stdout);
+            let found = symbols
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(2))
+                .filter(|name| listed.contains(*name))
+                .collect::<std::collections::HashSet<_>>()
+                .len();
+            let share = found * 100 / listed.len().max(1);
+            let verdict = if share >= 90 {
+                "laid out together"
+            } else {
+                "STALE: run scripts/agent-hot-code"
+            };
+            println!(
+                "hot code: {found} of the {} functions of agentd/hot-code.txt in {bin} ({share} %, {verdict})",
+                listed.len()
+            );
+        }
+        _ => println!("hot code: not counted (`nm` could not read {bin})"),
+    }
 }
 
 /// The pace of the idle figures: the hub holds a poll with nothing new this long (production
