@@ -156,12 +156,7 @@ async fn a_silenced_alert_is_stored_and_counted_but_never_reaches_the_webhook() 
         .collect();
     assert_eq!(silenced.len(), 1);
     assert_eq!(silenced[0]["host_id"], kept.to_string());
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     assert!(
         metrics.contains("bosun_hub_alerts_total{kind=\"host_overdue\"} 2"),
         "{metrics}"

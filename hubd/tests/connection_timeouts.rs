@@ -106,12 +106,7 @@ async fn a_head_sent_a_byte_at_a_time_and_an_http2_client_that_only_pings_are_cl
 /// The connections the hub's one listener closed on `timeout`, from its metrics (the test's
 /// own client's connections may add to them).
 async fn timed_out(hub: &TestHub, timeout: &str) -> u64 {
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     let series = format!(
         "bosun_hub_connections_timed_out_total{{listener=\"both\",timeout=\"{timeout}\"}} "
     );

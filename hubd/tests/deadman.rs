@@ -77,12 +77,7 @@ async fn a_silent_host_goes_overdue_alerts_once_and_recovers() {
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert!(kinds.starts_with(&["recovered", "overdue"]), "{kinds:?}");
 
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     assert!(
         metrics.contains("bosun_hub_alerts_total{kind=\"host_overdue\"} 1"),
         "{metrics}"
@@ -115,12 +110,7 @@ async fn most_hosts_going_silent_raises_one_hub_alert() {
     }
     let kinds: Vec<&str> = raised.iter().map(|a| a.kind.as_str()).collect();
     assert_eq!(kinds, ["hub_connectivity_suspected"]);
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     assert!(metrics.contains("bosun_hub_hosts_overdue 8"), "{metrics}");
 
     // Connectivity returns: hosts poll, the suspicion closes once.
@@ -319,12 +309,7 @@ async fn webhook_alerts_are_retried_with_backoff_until_accepted() {
     assert_eq!(bodies[0]["schema"], "bosun.alert/v1");
     assert_eq!(bodies[0]["kind"], "host_overdue");
     assert_eq!(bodies[0]["host_id"], host.to_string());
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     assert!(
         metrics.contains("bosun_hub_webhook_failures_total 0"),
         "{metrics}"
@@ -357,12 +342,7 @@ async fn the_webhook_client_follows_no_redirect() {
     let (hub, _host) = hub_alerting_to(moved, Duration::from_millis(20), 2).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let metrics = hub
-            .request(Method::GET, "/metrics", None, None)
-            .await
-            .text()
-            .await
-            .unwrap();
+        let metrics = hub.metrics().await;
         if metrics.contains("bosun_hub_webhook_failures_total 1") {
             break;
         }

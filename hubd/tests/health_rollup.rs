@@ -196,12 +196,7 @@ async fn every_view_shows_the_one_roll_up() {
     );
 
     let page = fleet_page(&hub).await;
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     for (detail, rollup) in details.iter().zip(&expected) {
         let id = detail.summary.host_id;
         // The admin API: the list and the detail.

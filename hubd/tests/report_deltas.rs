@@ -125,8 +125,7 @@ async fn a_gap_or_a_missing_base_asks_for_a_full_report() {
     let (_, answer) = poll_with(&hub, host, &key, &full(&fresh)).await;
     assert_eq!(answer["full_report"], false);
     assert_eq!(stored(&hub, host).await, fresh);
-    let metrics = hub.request(Method::GET, "/metrics", None, None).await;
-    let text = metrics.text().await.unwrap();
+    let text = hub.metrics().await;
     assert!(
         text.contains("bosun_hub_full_reports_requested_total 2"),
         "{text}"

@@ -231,12 +231,7 @@ async fn a_failing_restore_test_alerts_once_per_result_and_a_pass_on_its_tier_re
     );
     names(&raised[1].1, &["acme-app", PBS, "was interrupted"]);
     names(&raised[2].1, &["pve-restore", "acme-app", PBS, "passed"]);
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     for line in [
         "kind=\"restore_test_failed\"} 2",
         "kind=\"restore_test_failed_cleared\"} 1",
@@ -353,12 +348,7 @@ async fn a_test_that_booted_but_was_not_checked_is_no_failure_and_no_pass() {
     send(&hub, host, &key, &full(&first)).await;
     // Not a failure: no restore_test_failed, and the metric counts none.
     assert!(alerts(&hub, host).await.is_empty());
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     assert!(
         metrics.contains(&format!("restore_tests_failing{{host=\"{host}\"}} 0")),
         "{metrics}"

@@ -193,12 +193,7 @@ async fn a_lost_target_alerts_once_and_recovers_from_full_reports_and_deltas() {
         alert_kinds(&alerts(&hub, host).await),
         ["storage_lost", "storage_recovered", "storage_lost"]
     );
-    let metrics = hub
-        .request(Method::GET, "/metrics", None, None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = hub.metrics().await;
     assert!(
         metrics.contains("kind=\"storage_lost\"} 2")
             && metrics.contains("kind=\"storage_recovered\"} 1"),

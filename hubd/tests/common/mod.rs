@@ -258,6 +258,15 @@ impl TestHub {
             .await
     }
 
+    /// The text of the hub's `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.request(Method::GET, "/metrics", None, None)
+            .await
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// A client pinned to the hub whose connections leave from `source` (any address of
     /// 127.0.0.0/8): a source of its own for the hub's allowance of failed authentications,
     /// which is per address (decision 0055).
