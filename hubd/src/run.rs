@@ -54,7 +54,8 @@ pub fn init_store(
         source,
     })?;
     // The certificate first: the admin token is the commit point, so a failure before it
-    // leaves a directory `init` can simply be run on again.
+    // leaves a directory `init` can simply be run on again. The certificate file is the
+    // pair's own commit point (`tls::create_self_signed`): without it, both are made again.
     let pins = if operator_cert {
         None
     } else {

@@ -96,6 +96,11 @@ pub fn self_signed_paths(data_dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// Creates the persisted self-signed certificate (once; `init` calls this).
+///
+/// The certificate is what says the pair exists: each file is written whole beside its name
+/// and renamed into place, the key first, the certificate last. A hub killed at any point
+/// leaves either no certificate, and `init` makes both again (a key without its certificate
+/// was never served), or the two whole files.
 pub fn create_self_signed(data_dir: &Path, names: Vec<String>) -> Result<String, TlsError> {
     let (cert_path, key_path) = self_signed_paths(data_dir);
     let dir = data_dir.join("tls");
@@ -104,32 +109,47 @@ pub fn create_self_signed(data_dir: &Path, names: Vec<String>) -> Result<String,
         source,
     })?;
     let certified = rcgen::generate_simple_self_signed(names).map_err(TlsError::Generate)?;
-    write_private(&key_path, certified.signing_key.serialize_pem().as_bytes())?;
-    std::fs::write(&cert_path, certified.cert.pem()).map_err(|source| TlsError::Write {
-        path: cert_path.clone(),
-        source,
-    })?;
+    write_whole(
+        &key_path,
+        certified.signing_key.serialize_pem().as_bytes(),
+        0o600,
+    )?;
+    write_whole(&cert_path, certified.cert.pem().as_bytes(), 0o644)?;
+    std::fs::File::open(&dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|source| TlsError::Write { path: dir, source })?;
     Ok(bosun_proto::fingerprint::cert_sha256(certified.cert.der()))
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
+/// Writes `bytes` as `path` with `mode`, replacing what is there: to `.NAME.tmp` beside it
+/// (any leftover of a cut-short run removed first), synced, then renamed over `path`.
+fn write_whole(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let fail = |path: &Path| {
+        let path = path.to_owned();
+        move |source| TlsError::Write { path, source }
+    };
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(fail(&tmp)(e)),
+        _ => {}
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|source| TlsError::Write {
-            path: path.to_owned(),
-            source,
-        })?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|source| TlsError::Write {
-            path: path.to_owned(),
-            source,
-        })
+        .mode(mode)
+        .open(&tmp)
+        .map_err(fail(&tmp))?;
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    drop(file);
+    let renamed = written.and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(source) = renamed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(path)(source));
+    }
+    Ok(())
 }
 
 /// Loads the server identity.
@@ -264,4 +284,54 @@ pub fn pinned_client_config(
 pub fn install_crypto_provider() {
     // A second call finds a provider already installed; that is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_self_signed_pair_is_made_again_over_what_a_cut_short_init_left() {
+        let data = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed_paths(data.path());
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        // Killed after the key's temporary file was made, and (an older build) with the key
+        // created but not yet written; no certificate, so nothing was ever served.
+        std::fs::write(key.with_file_name(".key.pem.tmp"), b"-----BEGIN PRIV").unwrap();
+        std::fs::write(&key, b"").unwrap();
+
+        let fingerprint = create_self_signed(data.path(), vec!["localhost".into()]).unwrap();
+
+        let identity = load(&TlsSource::SelfSigned, data.path()).unwrap();
+        assert_eq!(identity.fingerprint, fingerprint);
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(mode(&cert), 0o644);
+        let mut left: Vec<_> = std::fs::read_dir(key.parent().unwrap())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["cert.pem", "key.pem"]);
+    }
+
+    #[test]
+    fn a_key_it_cannot_write_is_named_and_no_certificate_is_left() {
+        let data = tempfile::tempdir().unwrap();
+        let tls = data.path().join("tls");
+        // A directory where the key's temporary file goes: removing it fails, as root too.
+        std::fs::create_dir_all(tls.join(".key.pem.tmp")).unwrap();
+        let err = create_self_signed(data.path(), vec!["localhost".into()]).unwrap_err();
+        assert!(
+            matches!(&err, TlsError::Write { path, .. } if path.ends_with("tls/.key.pem.tmp")),
+            "{err:?}"
+        );
+        assert!(!tls.join("cert.pem").exists());
+        assert!(!tls.join("key.pem").exists());
+    }
 }
