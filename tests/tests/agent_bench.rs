@@ -140,43 +140,73 @@ async fn agent_idle_figures() {
     busy_idle_figures(&bin).await;
 }
 
-/// Prints how many of the functions `agentd/hot-code.txt` lays out together the binary has
-/// (decision 0091): a function's name changes with the code around it, so a list made before
-/// the agent changed may name functions it no longer has, and the idle figures of such a
-/// binary are of code spread over the whole of it. `make packages` asks for 90 %.
+/// Prints how many of the functions `agentd/hot-code.txt` lays out together the binary has,
+/// and over how much of its code they lie (decisions 0091, 0137): a function's name changes
+/// with the code around it, so a list made before the agent changed may name functions it no
+/// longer has, and the idle figures of such a binary are of code spread over the whole of it.
+/// A binary linked with the list resolved (`scripts/packages`) has the list's functions that
+/// kept their names, but lays out the resolved list: the span says which one it laid out.
+/// `BOSUN_AGENT_HOT_CODE` names the list the binary was linked with, as for the build.
 fn print_layout(bin: &str) {
-    let list = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentd/hot-code.txt");
+    let list = std::env::var_os("BOSUN_AGENT_HOT_CODE").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentd/hot-code.txt"),
+        std::path::PathBuf::from,
+    );
     let listed: std::collections::HashSet<String> = std::fs::read_to_string(&list)
         .unwrap()
         .lines()
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect();
-    match std::process::Command::new("nm")
-        .args(["--defined-only", bin])
+    let out = match std::process::Command::new("nm")
+        .args(["--defined-only", "-S", bin])
         .output()
     {
-        Ok(out) if out.status.success() => {
-            let symbols = String::from_utf8_lossy(&out.stdout);
-            let found = symbols
-                .lines()
-                .filter_map(|l| l.split_whitespace().nth(2))
-                .filter(|name| listed.contains(*name))
-                .collect::<std::collections::HashSet<_>>()
-                .len();
-            let share = found * 100 / listed.len().max(1);
-            let verdict = if share >= 90 {
-                "laid out together"
-            } else {
-                "STALE: run scripts/agent-hot-code"
-            };
-            println!(
-                "hot code: {found} of the {} functions of agentd/hot-code.txt in {bin} ({share} %, {verdict})",
-                listed.len()
-            );
-        }
-        _ => println!("hot code: not counted (`nm` could not read {bin})"),
-    }
+        Ok(out) if out.status.success() => out,
+        _ => return println!("hot code: not counted (`nm` could not read {bin})"),
+    };
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    // `address size type name`, in hex.
+    let found: std::collections::HashMap<&str, (u64, u64)> = symbols
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [address, size, _, name] if listed.contains(name) => Some((
+                name,
+                (
+                    u64::from_str_radix(address, 16).ok()?,
+                    u64::from_str_radix(size, 16).ok()?,
+                ),
+            )),
+            _ => None,
+        })
+        .collect();
+    let code: u64 = found.values().map(|(_, size)| size).sum();
+    let span = found.values().map(|(at, _)| *at).min().map_or(0, |first| {
+        found
+            .values()
+            .map(|(at, size)| at + size)
+            .max()
+            .unwrap_or(first)
+            - first
+    });
+    let share = found.len() * 100 / listed.len().max(1);
+    let verdict = if share < 90 {
+        "STALE: run scripts/agent-hot-code"
+    } else if span > code + code / 4 {
+        "SPREAD OUT: linked with another list"
+    } else {
+        "laid out together"
+    };
+    let mb = |bytes: u64| bytes as f64 / 1e6;
+    println!(
+        "hot code: {} of the {} functions of {} in {bin} ({share} %), \
+         {:.2} MB of code within {:.2} MB ({verdict})",
+        found.len(),
+        listed.len(),
+        list.display(),
+        mb(code),
+        mb(span),
+    );
 }
 
 /// The pace of the idle figures: the hub holds a poll with nothing new this long (production

@@ -157,3 +157,123 @@ fn a_list_made_from_another_build_fails_the_check() -> Result<()> {
     ensure!(out.status.success(), "{}", text(&out.stderr));
     Ok(())
 }
+
+/// The hash at the end of a legacy-mangled name (`17h`, 16 hex digits, `E`), and the name
+/// without it.
+fn without_hash(name: &str) -> Option<&str> {
+    let bare = name.strip_suffix('E')?;
+    let (bare, hash) = bare.split_at_checked(bare.len().checked_sub(19)?)?;
+    let digits = hash.strip_prefix("17h")?;
+    digits
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then_some(bare)
+}
+
+/// `scripts/agent-hot-code --resolve` on `binary` with the list `names`: what it wrote to its
+/// output (when it succeeded), and what it said.
+fn resolve(binary: &Path, names: &[String]) -> Result<(Option<String>, String)> {
+    let dir = tempfile::tempdir()?;
+    let (listed, resolved) = (dir.path().join("list.txt"), dir.path().join("out.txt"));
+    std::fs::write(&listed, names.join("\n") + "\n")?;
+    let out = Command::new(workspace().join("scripts/agent-hot-code"))
+        .arg("--resolve")
+        .arg(binary)
+        .arg(&resolved)
+        .env("AGENT_HOT_CODE_LIST", &listed)
+        .output()?;
+    let said = text(&out.stdout) + &text(&out.stderr);
+    let written = match out.status.success() {
+        true => Some(std::fs::read_to_string(&resolved)?),
+        false => None,
+    };
+    Ok((written, said))
+}
+
+/// `--resolve` (decision 0137) keeps a name the binary has, finds a moved function by its name
+/// without the hash, keeps every instance of a generic function whose instance moved (they
+/// share that name), drops a name the binary has no function of, and fails when more than a
+/// tenth of the names are dropped. Run on this suite's own binary.
+#[test]
+fn the_list_is_resolved_against_the_agent_as_linked() -> Result<()> {
+    let binary = std::env::current_exe()?;
+    let out = Command::new("nm")
+        .args(["--defined-only"])
+        .arg(&binary)
+        .output()?;
+    ensure!(out.status.success(), "nm: {}", text(&out.stderr));
+    let symbols = text(&out.stdout);
+    let mut by_bare: std::collections::HashMap<&str, Vec<&str>> = Default::default();
+    for name in symbols.lines().filter_map(|l| l.split_whitespace().nth(2)) {
+        if let Some(bare) = without_hash(name) {
+            by_bare.entry(bare).or_default().push(name);
+        }
+    }
+    let unique: Vec<&str> = by_bare
+        .values()
+        .filter(|names| names.len() == 1)
+        .map(|n| n[0])
+        .take(9)
+        .collect();
+    let [kept @ .., moved] = &unique[..] else {
+        anyhow::bail!("nine functions of a name of their own: {unique:?}");
+    };
+    let (generic, instances) = by_bare
+        .iter()
+        .find(|(_, names)| names.len() > 1)
+        .context("a generic function's instances")?;
+    let other_hash = |bare: &str| {
+        let name = format!("{bare}17h0123456789abcdefE");
+        assert!(!symbols.contains(&name), "a hash of this binary: {name}");
+        name
+    };
+    let gone = |n: u32| {
+        format!(
+            "_ZN5bosun7removed{}gone{n}17hfedcba9876543210E",
+            4 + n.to_string().len()
+        )
+    };
+    // Eight names the binary has, one of them twice; one moved; one generic; one lost.
+    let mut list: Vec<String> = kept.iter().map(|name| (*name).to_owned()).collect();
+    list.extend([
+        other_hash(without_hash(moved).context("hashed")?),
+        other_hash(generic),
+        gone(1),
+        kept[0].to_owned(),
+    ]);
+
+    let (written, said) = resolve(&binary, &list)?;
+    let written = written.with_context(|| said.clone())?;
+    let lines: Vec<&str> = written.lines().collect();
+    let mut rest = lines.get(kept.len() + 1..).unwrap_or_default().to_vec();
+    let mut instances = instances.clone();
+    rest.sort_unstable();
+    instances.sort_unstable();
+    ensure!(
+        lines.get(..kept.len()) == Some(kept)
+            && lines.get(kept.len()) == Some(moved)
+            && rest == instances,
+        "resolved to:\n{written}"
+    );
+    ensure!(
+        said.contains(&format!(
+            "of the list's 12 names: 9 the agent's, 1 found without the hash, \
+             1 a generic function's (all its instances kept), 1 lost (8 %); {} functions",
+            instances.len() + 9
+        )),
+        "{said}"
+    );
+
+    // One more lost: two of thirteen is more than a tenth.
+    list.push(gone(2));
+    let (written, said) = resolve(&binary, &list)?;
+    ensure!(
+        written.is_none(),
+        "resolved with two of thirteen lost: {said}"
+    );
+    ensure!(
+        said.contains("2 lost (15 %)") && said.contains("run scripts/agent-hot-code"),
+        "{said}"
+    );
+    Ok(())
+}
