@@ -239,11 +239,11 @@ fn decide_delta(
             let Some(old) = live_part(host, stored.live.as_deref(), || base(Base::Current))? else {
                 return Ok(Outcome::refused());
             };
-            let new = old.clone().applied(delta);
+            let judged = old.verdict() != old.verdict_after(delta);
             return Ok(Outcome {
-                judged: old.verdict() != new.verdict(),
+                judged,
                 ..applied(Write::Advance {
-                    live: Some(new.text()?),
+                    live: Some(old.applied(delta).text()?),
                     seq: delta.seq,
                 })
             });
@@ -266,7 +266,7 @@ fn decide_delta(
             else {
                 return Ok(Outcome::refused());
             };
-            let new = old.clone().applied(delta);
+            let new = old.applied(delta);
             return Ok(Outcome {
                 // Judged whatever it changes: it replaces the stored report, whose verdict
                 // opened or resolved the host's alerts, and comparing it with the previous

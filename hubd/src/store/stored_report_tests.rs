@@ -277,8 +277,12 @@ proptest! {
         prop_assert!(crate::report_alerts::delta_is_live_only(&delta));
         let mut whole = base.clone();
         whole.apply(&delta);
+        let live = Live::of(&base);
+        // What the alerts follow, read without applying the delta, is the applied part's.
+        let merged = live.clone().applied(&delta);
+        prop_assert_eq!(live.verdict_after(&delta), merged.verdict());
         let mut parts = base.clone();
-        Live::of(&base).applied(&delta).put_into(&mut parts);
+        merged.put_into(&mut parts);
         parts.seq = whole.seq;
         prop_assert_eq!(parts, whole);
     }
