@@ -142,6 +142,16 @@ fn every_binary_the_guide_names_is_packed_by_make_packages() -> Result<()> {
         .into_iter()
         .chain(bash_array(&script, "release_bins")?)
         .collect();
+    // Both lists are built, each with its profile: a list named and never built would pack
+    // whatever an earlier build left in target/.
+    for (profile, list) in [("agent", "agent_args"), ("release", "release_args")] {
+        let build =
+            format!("\"$cargo\" build --locked --profile {profile} --bins \"${{{list}[@]}}\"");
+        ensure!(
+            script.lines().any(|l| l.trim() == build),
+            "scripts/packages has no line `{build}`"
+        );
+    }
     let crates = crates()?;
 
     for (name, krate) in &crates {
