@@ -89,35 +89,23 @@ impl Live {
         report.data_plan = self.data_plan;
     }
 
-    /// This live part with `delta` applied, by the report's own rule ([`StateReport::apply`]:
-    /// a section the delta carries replaces this one's; the test
-    /// `a_delta_of_the_live_part_merges_there_as_into_the_whole_report` holds the two to the
-    /// same result); the delta must change nothing outside the live part
-    /// ([`crate::report_alerts::delta_is_live_only`]). Only the delta's sections are cloned:
-    /// a delta poll is merged on the poll writer's thread, with every other poll behind it.
-    pub fn applied(mut self, delta: &ReportDelta) -> Self {
-        if delta.host_unread {
-            self.host = None;
+    /// This live part with `delta` applied, by the report's own rule
+    /// ([`StateReport::apply`]); the delta must change nothing outside the live part
+    /// ([`crate::report_alerts::delta_is_live_only`]). The sections are moved into an empty
+    /// report and back out, so only the delta's are cloned: a delta poll is merged on the poll
+    /// writer's thread, with every other poll behind it.
+    pub fn applied(self, delta: &ReportDelta) -> Self {
+        let mut report = StateReport::empty(0, "");
+        self.put_into(&mut report);
+        report.apply(delta);
+        Self {
+            host: report.host.take(),
+            versions: std::mem::take(&mut report.versions),
+            tunnel: report.tunnel.take(),
+            host_health: report.host_health.take(),
+            bulk_volumes: std::mem::take(&mut report.bulk_volumes),
+            data_plan: report.data_plan.take(),
         }
-        if let Some(host) = delta.host {
-            self.host = Some(host);
-        }
-        if let Some(versions) = &delta.versions {
-            self.versions = versions.clone();
-        }
-        if let Some(tunnel) = &delta.tunnel {
-            self.tunnel = Some(tunnel.clone());
-        }
-        if let Some(health) = &delta.host_health {
-            self.host_health = Some(health.clone());
-        }
-        if let Some(volumes) = &delta.bulk_volumes {
-            self.bulk_volumes = volumes.clone();
-        }
-        if let Some(plan) = &delta.data_plan {
-            self.data_plan = Some(plan.clone());
-        }
-        self
     }
 
     /// What the alerts would follow of this live part with `delta` applied
