@@ -1,7 +1,8 @@
 //! A host's history through a real hub: polls of one five-minute bucket make one point (the
 //! figures a delta leaves out count as the last ones seen), a bucket that is over is written
-//! to the store by the flush task, a backup counts once, the window is bounded and checked,
-//! and what the hub held unwritten is on disk after it stops. Runs on PostgreSQL too under
+//! to the store by the flush task (a fleet's in chunks, every one of them), a backup counts
+//! once, the window is bounded and checked, and what the hub held unwritten is on disk after it
+//! stops. Runs on PostgreSQL too under
 //! `scripts/with-postgres`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -153,4 +154,30 @@ async fn polls_make_five_minute_points_that_reach_the_store_and_survive_a_restar
     assert_eq!(store_integers(&hub.dir, sql, host.to_string()).await, [2]);
     let again = history(&hub, &host.to_string(), "?hours=1").await;
     assert_eq!(again["points"], answer["points"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleets_buckets_reach_the_store_in_chunks_every_one_of_them() {
+    let hub = TestHub::start().await;
+    let hosts = bosun_hubd::flush_task::HISTORY_CHUNK + 1;
+    let now_ms = hub.hub.clock().now_ms();
+    for n in 0..hosts {
+        let (host, _) = hub.enroll(&format!("pve-{n:03}")).await;
+        hub.hub
+            .history()
+            .observe(host, bosun_hubd::history::Sample::default(), now_ms, 900);
+    }
+
+    let written = bosun_hubd::flush_task::write_history(&hub.hub, true).await;
+    assert_eq!(
+        (written.buckets, written.chunks, written.kept),
+        (hosts, 2, 0),
+        "{written:?}"
+    );
+    let sql = "SELECT COUNT(*) FROM host_history WHERE host_id <> ?1";
+    let rows = store_integers(&hub.dir, sql, String::new()).await;
+    assert_eq!(rows, [i64::try_from(hosts).unwrap()], "one row a host");
+    // Taken once: a second write has nothing to add.
+    let again = bosun_hubd::flush_task::write_history(&hub.hub, true).await;
+    assert_eq!(again.buckets, 0, "{again:?}");
 }

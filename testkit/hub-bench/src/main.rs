@@ -69,6 +69,12 @@ struct Args {
     /// reports the others' polls while the hub's sweep finds the silent ones overdue.
     #[arg(long, value_name = "PERCENT", requires = "store", value_parser = clap::value_parser!(u8).range(1..100))]
     silent: Option<u8>,
+    /// Write every host's history bucket this many seconds into the fleet phase, as the hub
+    /// does when a five-minute bucket ends while the fleet polls, instead of after the
+    /// maximum-rate phase; the worst poll of each second shows what the write held back (and
+    /// the fleet's CPU per poll then includes the write's).
+    #[arg(long, value_name = "SECS", conflicts_with = "store")]
+    history_at: Option<u64>,
 }
 
 mod replicas;
@@ -148,6 +154,13 @@ async fn run_phases(
     // Phase 1: the fleet at its interval (open loop, a poll every interval/N seconds).
     let rate = args.hosts as f64 / args.interval;
     let cpu_before = cpu::now();
+    let history_during = args.history_at.map(|after| {
+        let (hub, runtime) = (hub.clone(), hub_runtime.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(after)).await;
+            report_history(&hub, &runtime).await
+        })
+    });
     let fleet_latencies = {
         let fleet = fleet.clone();
         let next = AtomicU64::new(0);
@@ -158,6 +171,9 @@ async fn run_phases(
         .await
     };
     let fleet_cpu = cpu::now().since(&cpu_before);
+    if let Some(during) = history_during {
+        during.await??;
+    }
     println!(
         "fleet: {} hosts polling every {}s",
         args.hosts, args.interval
@@ -182,6 +198,10 @@ async fn run_phases(
         )
         .await
     };
+    // Every host's history bucket, written as the flush writes them when a bucket ends.
+    if args.history_at.is_none() {
+        report_history(&hub, hub_runtime).await?;
+    }
     let _ = stop.send(());
     served.await??;
 
@@ -195,6 +215,37 @@ async fn run_phases(
     println!(
         "headroom: the hub sustains {:.1}x the fleet's {rate:.0} polls/s",
         hub_rate / rate.max(1.0)
+    );
+    Ok(())
+}
+
+/// Writes every host's open history bucket, as the hub's flush does for the whole fleet
+/// each time a bucket ends (on the hub's runtime, so its threads do the work), and prints
+/// what it took and how long it held the store at once.
+async fn report_history(hub: &Hub, hub_runtime: &tokio::runtime::Handle) -> anyhow::Result<()> {
+    let cpu_before = cpu::now();
+    let started = Instant::now();
+    let writer = hub.clone();
+    let written = hub_runtime
+        .spawn(async move { bosun_hubd::flush_task::write_history(&writer, true).await })
+        .await?;
+    let took = started.elapsed();
+    let cpu = cpu::now().since(&cpu_before);
+    #[allow(clippy::cast_precision_loss)] // bucket counts: far below 2^52
+    let per_bucket_us = took.as_secs_f64() * 1e6 / written.buckets.max(1) as f64;
+    println!(
+        "history: {} buckets (one a host) written in {:.0} ms, {per_bucket_us:.1} us a bucket; \
+         {} transactions, the longest {:.1} ms; hub CPU {} ms{}",
+        written.buckets,
+        took.as_secs_f64() * 1e3,
+        written.chunks,
+        written.longest.as_secs_f64() * 1e3,
+        cpu.hub.as_millis(),
+        if written.kept > 0 {
+            format!(", {} NOT WRITTEN", written.kept)
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
