@@ -264,6 +264,11 @@ impl Hub {
         &self.inner.shutdown
     }
 
+    /// The background tasks the hub waits for when it stops serving.
+    pub(crate) fn tasks(&self) -> &TaskTracker {
+        &self.inner.tasks
+    }
+
     /// Runs `f` against the store on the blocking pool, as the operator token the calling
     /// task acts for ([`crate::actor`]), if any.
     pub async fn store_call<R, F>(&self, f: F) -> Result<R, StoreError>
