@@ -2,8 +2,7 @@
 //! figures a delta leaves out count as the last ones seen), a bucket that is over is written
 //! to the store by the flush task (a fleet's in chunks, every one of them), a backup counts
 //! once, the window is bounded and checked, and what the hub held unwritten is on disk after it
-//! stops. Runs on PostgreSQL too under
-//! `scripts/with-postgres`.
+//! stops. Runs on PostgreSQL too under `scripts/with-postgres`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use crate::common;
