@@ -114,36 +114,31 @@ struct Chunked<E> {
 
 /// Hands `buckets` to `write` in chunks of [`HISTORY_CHUNK`], stopping at the first failure:
 /// the chunk that failed (its transaction rolled back) and those after it are given back.
-async fn write_in_chunks<E, F, W>(buckets: Vec<HistoryBucket>, mut write: W) -> Chunked<E>
+async fn write_in_chunks<E, F, W>(mut buckets: Vec<HistoryBucket>, mut write: W) -> Chunked<E>
 where
     W: FnMut(Vec<HistoryBucket>) -> F,
     F: std::future::Future<Output = Result<(), E>>,
 {
     let mut summary = HistoryWritten::default();
-    let mut rest = buckets.into_iter();
-    loop {
-        let chunk: Vec<HistoryBucket> = rest.by_ref().take(HISTORY_CHUNK).collect();
-        if chunk.is_empty() {
-            return Chunked {
-                summary,
-                outcome: Ok(()),
-            };
-        }
-        let size = chunk.len();
-        let kept = chunk.clone();
+    let mut start = 0;
+    while start < buckets.len() {
+        let end = buckets.len().min(start + HISTORY_CHUNK);
         let started = std::time::Instant::now();
-        let result = write(chunk).await;
+        let result = write(buckets[start..end].to_vec()).await;
         summary.longest = summary.longest.max(started.elapsed());
         if let Err(err) = result {
-            let mut kept = kept;
-            kept.extend(rest);
             return Chunked {
                 summary,
-                outcome: Err((err, kept)),
+                outcome: Err((err, buckets.split_off(start))),
             };
         }
-        summary.buckets += size;
+        summary.buckets += end - start;
         summary.chunks += 1;
+        start = end;
+    }
+    Chunked {
+        summary,
+        outcome: Ok(()),
     }
 }
 
