@@ -65,9 +65,13 @@ pub struct SqliteStore {
 pub(super) const MMAP_BYTES: i64 = 1 << 30;
 
 /// Pages the write-ahead log may hold before the writer moves them into the database itself,
-/// which it then does in the middle of a batch of polls. The flush moves them every second
-/// ([`Backend::flush`]), so the writer does only when flushes fall behind (or in a store the
-/// hub does not serve from, such as a test's).
+/// which it then does in the middle of a batch of polls, syncing the log and the database. The
+/// flush moves them every second ([`Backend::flush`]), so the writer's checkpoint has little to
+/// copy; but SQLite starts the log again from its beginning only after a checkpoint that left
+/// nothing behind, which under a steady stream of polls only the writer's own does. So it still
+/// runs, every few seconds at 100,000 hosts, and its two syncs are that fleet's slowest polls
+/// (`docs/benchmarks.md`, "A 100,000-host fleet's slow seconds": a longer log and a restart
+/// from the flush were measured and not kept).
 const WRITER_CHECKPOINT_PAGES: i64 = 16_384;
 
 /// Prepared statements each connection keeps. Every statement the store runs fits, so none
